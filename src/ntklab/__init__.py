@@ -1,0 +1,62 @@
+"""ntklab: a PyTorch-native laboratory for Neural Tangent Kernel theory.
+
+>>> import torch, ntklab as nl
+>>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
+>>> x = torch.randn(5, 3, dtype=torch.float64)
+>>> k = arch.kernel(x)
+>>> k.nngp.shape, k.ntk.shape
+(torch.Size([5, 5]), torch.Size([5, 5]))
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import NtklabError, NtklabTypeError, NtklabValueError, NumericalWarning
+from .kernels import (
+    Abs,
+    Architecture,
+    Cos,
+    Dense,
+    Elementwise,
+    Erf,
+    Gelu,
+    Identity,
+    Kernel,
+    LeakyRelu,
+    Relu,
+    Sigmoid,
+    Silu,
+    Sin,
+    Softplus,
+    Tanh,
+    serial,
+)
+
+try:
+    __version__ = version("ntklab")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "Abs",
+    "Architecture",
+    "Cos",
+    "Dense",
+    "Elementwise",
+    "Erf",
+    "Gelu",
+    "Identity",
+    "Kernel",
+    "LeakyRelu",
+    "NtklabError",
+    "NtklabTypeError",
+    "NtklabValueError",
+    "NumericalWarning",
+    "Relu",
+    "Sigmoid",
+    "Silu",
+    "Sin",
+    "Softplus",
+    "Tanh",
+    "__version__",
+    "serial",
+]

@@ -1,0 +1,458 @@
+"""Activations and their dual kernels.
+
+For a centred Gaussian pair :math:`(u, v)` whose covariance is the incoming NNGP,
+an activation :math:`\\phi` maps the kernels as (arXiv:1806.07572, arXiv:1912.02803)
+
+.. math::
+
+    K'(x, x') = E[\\phi(u)\\phi(v)], \\qquad
+    \\Theta'(x, x') = \\Theta(x, x')\\, E[\\phi'(u)\\phi'(v)].
+
+With :math:`a = K(x,x)`, :math:`b = K(x',x')`, :math:`c = K(x,x')` and the correlation
+:math:`\\cos\\theta = c/\\sqrt{ab}`, the closed forms used here are
+
+- ReLU (arc-cosine kernels, Cho & Saul 2009):
+  :math:`E[\\phi\\phi] = \\frac{\\sqrt{ab}}{2\\pi}(\\sin\\theta + (\\pi - \\theta)\\cos\\theta)`,
+  :math:`E[\\phi'\\phi'] = \\frac{\\pi - \\theta}{2\\pi}`;
+- leaky ReLU :math:`\\phi = (1-\\alpha)\\,\\mathrm{relu} + \\alpha x`, and ``Abs`` (α = -1);
+- erf (Williams 1997): :math:`\\frac{2}{\\pi}\\arcsin\\frac{2c}{\\sqrt{(1+2a)(1+2b)}}`,
+  derivative :math:`\\frac{4}{\\pi}((1+2a)(1+2b) - 4c^2)^{-1/2}`;
+- GELU :math:`x\\Phi(x)`: derived below (:func:`_gelu_dual`);
+- sin and cos: :math:`e^{-(a+b)/2}\\sinh c` and :math:`e^{-(a+b)/2}\\cosh c`.
+
+Any other torch-differentiable scalar function goes through :class:`Elementwise`, which
+integrates by the polar quadrature of :mod:`ntklab.kernels.quadrature`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_positive_int
+from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
+from .kernel import KernelState
+from .layers import Layer
+from .quadrature import DEFAULT_DEGREE, derivative, gaussian_pair_expectation
+
+__all__ = [
+    "Abs",
+    "Activation",
+    "Cos",
+    "Elementwise",
+    "Erf",
+    "Gelu",
+    "Identity",
+    "LeakyRelu",
+    "Relu",
+    "Sigmoid",
+    "Silu",
+    "Sin",
+    "Softplus",
+    "Tanh",
+]
+
+_TWO_PI = 2.0 * math.pi
+
+
+class Activation(Layer):
+    """An elementwise nonlinearity :math:`\\phi` and its dual kernels."""
+
+    @abstractmethod
+    def phi(self, x: Tensor) -> Tensor:
+        """The activation applied elementwise (the finite network's nonlinearity)."""
+
+    @abstractmethod
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """:math:`(E[\\phi(u)\\phi(v)],\\ E[\\phi'(u)\\phi'(v)])` for covariance ``cov``.
+
+        ``var1``/``var2`` broadcast against ``cov``. With ``inplace=True`` the first output
+        may reuse ``cov``'s memory. The second is ``None`` when ``derivative`` is False.
+        """
+
+    def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        need_dot = state.ntk is not None
+        nngp, dot = self.dual(
+            state.cov, state.var1, state.var2, inplace=inplace, derivative=need_dot
+        )
+        ntk = state.ntk
+        if ntk is not None and dot is not None:
+            ntk = ntk.mul_(dot) if inplace else ntk * dot
+        return dataclasses.replace(state, cov=nngp, ntk=ntk)
+
+    def module(
+        self,
+        in_features: int | None,
+        out_features: int | None,
+        *,
+        generator: torch.Generator | None,
+        dtype: torch.dtype,
+        device: torch.device | str | None,
+    ) -> nn.Module:
+        from ..nets.modules import ElementwiseActivation
+
+        return ElementwiseActivation(self.phi, repr(self))
+
+
+# --------------------------------------------------------------------------------------------
+# correlations
+
+
+def _rounding_tolerance(dtype: torch.dtype) -> float:
+    return math.sqrt(torch.finfo(dtype).eps)
+
+
+def correlation(
+    cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:math:`\\cos\\theta = c / \\sqrt{ab}` clamped into [-1, 1], and :math:`\\sqrt a, \\sqrt b`.
+
+    A :class:`~ntklab.errors.NumericalWarning` is issued when the clamp moved a value by
+    more than :math:`\\sqrt{\\epsilon}` of the dtype (more than rounding can explain).
+    Zero variances give correlation 0. On the diagonal pass (``cov``, ``var1`` and ``var2``
+    the same tensor) the correlation is exactly 1, so rounding cannot open a spurious angle.
+    """
+    tiny = torch.finfo(cov.dtype).tiny
+    s1 = var1.clamp_min(tiny).sqrt()
+    s2 = var2.clamp_min(tiny).sqrt()
+    if cov is var1 and var1 is var2:  # the diagonal pass: each input with itself, exactly 1
+        return torch.ones_like(cov), s1, s2
+    c = cov.div_(s1).div_(s2) if inplace else cov / (s1 * s2)
+    _clamp_correlation(c, inplace=inplace)
+    return (c if inplace else c.clamp(-1.0, 1.0)), s1, s2
+
+
+def _clamp_correlation(c: Tensor, *, inplace: bool) -> None:
+    if c.numel() == 0:
+        return
+    lo, hi = torch.aminmax(c.detach())
+    excess = max(float(hi) - 1.0, -1.0 - float(lo))
+    if not math.isfinite(excess):
+        raise NtklabValueError(
+            "kernel: expected finite correlations, got NaN or inf (the incoming kernel is not "
+            "finite; check the inputs and the layer scales)"
+        )
+    if excess > _rounding_tolerance(c.dtype):
+        warnings.warn(
+            f"correlation outside [-1, 1] by {excess:.3g} (beyond rounding for {c.dtype}); "
+            "clamped. The incoming kernel violates Cauchy-Schwarz.",
+            NumericalWarning,
+            stacklevel=4,
+        )
+    if inplace:
+        c.clamp_(-1.0, 1.0)
+
+
+class _ArccosDuals(torch.autograd.Function):
+    """:math:`J_0 = \\pi - \\arccos c` and :math:`J_1 = \\sqrt{1-c^2} + J_0 c` with an exact
+    gradient :math:`J_1' = J_0` (finite at :math:`c = \\pm 1`) and :math:`J_0' = (1-c^2)^{-1/2}`
+    capped at :math:`1/\\sqrt{\\epsilon}` where it diverges."""
+
+    @staticmethod
+    def forward(c: Tensor) -> tuple[Tensor, Tensor]:
+        j0 = torch.arccos(-c)
+        j1 = torch.sqrt(torch.clamp(1.0 - c * c, min=0.0)) + j0 * c
+        return j0, j1
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor], output: tuple[Tensor, Tensor]) -> None:
+        ctx.save_for_backward(inputs[0], output[0])
+
+    @staticmethod
+    def backward(ctx: Any, g0: Tensor, g1: Tensor) -> Tensor:
+        c, j0 = ctx.saved_tensors
+        eps = torch.finfo(c.dtype).eps
+        dj0 = torch.rsqrt(torch.clamp(1.0 - c * c, min=eps))
+        grad: Tensor = g1 * j0 + g0 * dj0
+        return grad
+
+
+def arccos_duals(c: Tensor) -> tuple[Tensor, Tensor]:
+    """:math:`(J_0, J_1)` of the arc-cosine kernels at correlation ``c`` (differentiable)."""
+    out: tuple[Tensor, Tensor] = _ArccosDuals.apply(c)  # type: ignore[no-untyped-call]
+    return out
+
+
+def _relu_dual_inplace(
+    cov: Tensor, var1: Tensor, var2: Tensor, derivative: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The ReLU dual written in place into ``cov``'s memory, fused to few passes."""
+    tiny = torch.finfo(cov.dtype).tiny
+    s1 = var1.clamp_min(tiny).sqrt()
+    s2 = var2.clamp_min(tiny).sqrt()
+    c = cov.div_(s1).div_(s2)  # cos(theta)
+    _clamp_correlation(c, inplace=True)
+    j0 = torch.arccos(c.neg_())  # c now holds -cos(theta);  j0 = pi - theta
+    tmp = torch.addcmul(c.new_ones(()), c, c, value=-1.0).sqrt_()  # sin(theta)
+    # J1 = sin(theta) + (pi - theta) cos(theta), written over c
+    nngp = torch.addcmul(tmp, j0, c, value=-1.0, out=c)
+    del tmp
+    nngp.mul_(s1 / _TWO_PI).mul_(s2)
+    return nngp, (j0.mul_(1.0 / _TWO_PI) if derivative else None)
+
+
+@dataclass(frozen=True)
+class Relu(Activation):
+    """:math:`\\phi(x) = \\max(x, 0)`; arc-cosine dual kernels of degrees 1 and 0."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.relu(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        if inplace:
+            return _relu_dual_inplace(cov, var1, var2, derivative)
+        c, s1, s2 = correlation(cov, var1, var2, inplace=False)
+        j0, j1 = arccos_duals(c)
+        return (s1 * s2) * j1 / _TWO_PI, j0 / _TWO_PI
+
+
+@dataclass(frozen=True)
+class LeakyRelu(Activation):
+    """:math:`\\phi(x) = \\max(x, \\alpha x) = (1-\\alpha)\\,\\mathrm{relu}(x) + \\alpha x`.
+
+    .. math::
+        E[\\phi\\phi] = (1-\\alpha)^2 E[\\mathrm{relu}\\,\\mathrm{relu}] + \\alpha c, \\qquad
+        E[\\phi'\\phi'] = (1-\\alpha)^2 \\frac{\\pi-\\theta}{2\\pi} + \\alpha.
+    """
+
+    alpha: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.alpha, int | float) or not math.isfinite(self.alpha):
+            raise NtklabValueError(f"alpha: expected a finite float, got {self.alpha!r}")
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.where(x > 0, x, self.alpha * x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        a = self.alpha
+        c, s1, s2 = correlation(cov.clone() if inplace else cov, var1, var2, inplace=False)
+        j0, j1 = arccos_duals(c)
+        scale = (1.0 - a) ** 2 / _TWO_PI
+        nngp = (s1 * s2) * j1 * scale + a * cov
+        return nngp, j0 * scale + a
+
+
+@dataclass(frozen=True)
+class Abs(Activation):
+    """:math:`\\phi(x) = |x| = 2\\,\\mathrm{relu}(x) - x` (leaky ReLU with α = -1)."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.abs(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        return LeakyRelu(-1.0).dual(cov, var1, var2, inplace=inplace, derivative=derivative)
+
+
+@dataclass(frozen=True)
+class Erf(Activation):
+    """:math:`\\phi(x) = \\mathrm{erf}(x)` (Williams 1997)."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.erf(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        prod = (1.0 + 2.0 * var1) * (1.0 + 2.0 * var2)
+        ratio = 2.0 * cov * torch.rsqrt(prod)
+        _clamp_correlation(ratio, inplace=False)
+        nngp = (2.0 / math.pi) * torch.arcsin(ratio.clamp(-1.0, 1.0))
+        dot = None
+        if derivative:
+            dot = (4.0 / math.pi) * torch.rsqrt(
+                (prod - 4.0 * cov * cov).clamp_min(torch.finfo(cov.dtype).tiny)
+            )
+        return nngp, dot
+
+
+def _gelu_dual(
+    cov: Tensor, var1: Tensor, var2: Tensor, derivative: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Dual kernels of :math:`\\phi(x) = x\\Phi(x)`.
+
+    With :math:`D = (1+a)(1+b)` and :math:`S = \\sqrt{D - c^2}`, by Stein's lemma and
+    Price's theorem applied to :math:`\\phi(x) = x/2 + (x/2)\\,\\mathrm{erf}(x/\\sqrt2)`:
+
+    .. math::
+        E[\\phi(u)\\phi(v)] = \\frac{c}{4} + \\frac{1}{2\\pi}\\Big(c \\arcsin\\frac{c}{\\sqrt D}
+            + \\frac{abD - c^2 (ab - 1)}{D S}\\Big),
+
+        E[\\phi'(u)\\phi'(v)] = \\frac14 + \\frac{1}{2\\pi}\\Big(\\arcsin\\frac{c}{\\sqrt D}
+            + \\frac{c}{S} + \\frac{c\\,(D(2 - ab) + (ab - 1)c^2)}{D S^3}\\Big).
+    """
+    a, b, c = var1, var2, cov
+    d = (1.0 + a) * (1.0 + b)
+    s2 = (d - c * c).clamp_min(torch.finfo(c.dtype).tiny)
+    s = torch.sqrt(s2)
+    asin = torch.arcsin((c * torch.rsqrt(d)).clamp(-1.0, 1.0))
+    ab = a * b
+    nngp = c / 4.0 + (c * asin + (ab * d - c * c * (ab - 1.0)) / (d * s)) / _TWO_PI
+    dot = None
+    if derivative:
+        dot = 0.25 + (asin + c / s + c * (d * (2.0 - ab) + (ab - 1.0) * c * c) / (d * s2 * s)) / (
+            _TWO_PI
+        )
+    return nngp, dot
+
+
+@dataclass(frozen=True)
+class Gelu(Activation):
+    """:math:`\\phi(x) = x\\,\\Phi(x)` (exact GELU, ``torch.nn.GELU(approximate='none')``)."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.nn.functional.gelu(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        return _gelu_dual(cov, var1, var2, derivative)
+
+
+@dataclass(frozen=True)
+class Sin(Activation):
+    """:math:`\\phi(x) = \\sin x`: :math:`E[\\phi\\phi] = e^{-(a+b)/2}\\sinh c`,
+    :math:`E[\\phi'\\phi'] = e^{-(a+b)/2}\\cosh c`."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.sin(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        damp = torch.exp(-(var1 + var2) / 2.0)
+        return damp * torch.sinh(cov), (damp * torch.cosh(cov) if derivative else None)
+
+
+@dataclass(frozen=True)
+class Cos(Activation):
+    """:math:`\\phi(x) = \\cos x`: :math:`E[\\phi\\phi] = e^{-(a+b)/2}\\cosh c`,
+    :math:`E[\\phi'\\phi'] = e^{-(a+b)/2}\\sinh c`."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.cos(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        damp = torch.exp(-(var1 + var2) / 2.0)
+        return damp * torch.cosh(cov), (damp * torch.sinh(cov) if derivative else None)
+
+
+@dataclass(frozen=True)
+class Identity(Activation):
+    """:math:`\\phi(x) = x`: the kernels pass through unchanged."""
+
+    def phi(self, x: Tensor) -> Tensor:
+        return x
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        return cov, (torch.ones((), dtype=cov.dtype, device=cov.device) if derivative else None)
+
+
+@dataclass(frozen=True)
+class Elementwise(Activation):
+    """Any torch-differentiable scalar function, dual kernels by Gaussian quadrature.
+
+    ``fn`` must act elementwise. The derivative :math:`\\phi'` comes from autograd. The
+    expectations are computed by the polar quadrature of
+    :func:`~ntklab.kernels.quadrature.gaussian_pair_expectation` with ``degree`` nodes per
+    radial half-line and per angular arc (``8 degree**2`` evaluations per pair of inputs).
+    At the default degree 32 the error against the closed forms of ReLU, erf, GELU and sin
+    is below 1e-8 for variances up to 4 (tested); activations that grow exponentially need
+    care (the radial integral is truncated at radius 9).
+
+    Parameters
+    ----------
+    fn : callable
+        The activation, ``Tensor -> Tensor``, elementwise.
+    name : str
+        Shown in ``repr`` and in the finite network.
+    degree : int
+        Quadrature nodes per dimension and arc.
+
+    Examples
+    --------
+    >>> import torch, ntklab as nl
+    >>> arch = nl.serial(nl.Dense(1.0), nl.Elementwise(torch.tanh, "tanh"), nl.Dense(1.0))
+    >>> arch.kernel(torch.randn(3, 2, dtype=torch.float64)).nngp.shape
+    torch.Size([3, 3])
+    """
+
+    fn: Callable[[Tensor], Tensor] = field(compare=True)
+    name: str = "Elementwise"
+    degree: int = DEFAULT_DEGREE
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise NtklabTypeError(f"fn: expected a callable Tensor -> Tensor, got {self.fn!r}")
+        check_positive_int("degree", self.degree)
+        probe = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+        out = self.fn(probe)
+        if not isinstance(out, Tensor) or out.shape != probe.shape:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise NtklabValueError(
+                f"fn: expected an elementwise function returning a tensor of the input's shape "
+                f"(5,), got {got}"
+            )
+
+    def __repr__(self) -> str:
+        return f"Elementwise({self.name})"
+
+    def phi(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        nngp = gaussian_pair_expectation(self.fn, self.fn, cov, var1, var2, self.degree)
+        dot = None
+        if derivative:
+            d = _derivative_of(self.fn)
+            dot = gaussian_pair_expectation(d, d, cov, var1, var2, self.degree)
+        return nngp, dot
+
+
+_DERIVATIVES: dict[int, Callable[[Tensor], Tensor]] = {}
+
+
+def _derivative_of(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    return derivative(fn)
+
+
+def Tanh(degree: int = DEFAULT_DEGREE) -> Elementwise:
+    """:math:`\\tanh`, dual kernels by quadrature."""
+    return Elementwise(torch.tanh, "tanh", degree)
+
+
+def Sigmoid(degree: int = DEFAULT_DEGREE) -> Elementwise:
+    """The logistic sigmoid, dual kernels by quadrature."""
+    return Elementwise(torch.sigmoid, "sigmoid", degree)
+
+
+def Softplus(degree: int = DEFAULT_DEGREE) -> Elementwise:
+    """:math:`\\log(1 + e^x)`, dual kernels by quadrature."""
+    return Elementwise(torch.nn.functional.softplus, "softplus", degree)
+
+
+def Silu(degree: int = DEFAULT_DEGREE) -> Elementwise:
+    """:math:`x\\,\\sigma(x)` (SiLU / swish), dual kernels by quadrature."""
+    return Elementwise(torch.nn.functional.silu, "silu", degree)

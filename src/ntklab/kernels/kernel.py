@@ -1,0 +1,58 @@
+"""The state that an infinite-width kernel recursion carries from layer to layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+__all__ = ["Kernel", "KernelState"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Infinite-width kernels of an architecture on two batches of inputs.
+
+    Attributes
+    ----------
+    nngp : Tensor of shape (n1, n2)
+        The NNGP kernel :math:`K(x, x') = \\lim_{m\\to\\infty} E[f(x) f(x')]` (the output
+        covariance at initialization, per output unit).
+    ntk : Tensor of shape (n1, n2)
+        The neural tangent kernel :math:`\\Theta(x, x') = \\lim_{m\\to\\infty}
+        \\langle \\partial_\\theta f(x), \\partial_\\theta f(x') \\rangle`.
+    var1 : Tensor of shape (n1,)
+        The NNGP on the diagonal of ``x1``: :math:`K(x_i, x_i)`.
+    var2 : Tensor of shape (n2,)
+        The NNGP on the diagonal of ``x2``.
+    """
+
+    nngp: Tensor
+    ntk: Tensor
+    var1: Tensor
+    var2: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n1, n2)``."""
+        return (int(self.nngp.shape[0]), int(self.nngp.shape[1]))
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """What one layer of the recursion reads and writes (internal to the layers).
+
+    ``cov`` and ``ntk`` hold the kernels between pairs of inputs; ``var1`` and ``var2`` the
+    NNGP of each input with itself, shaped so that they broadcast against ``cov`` (``(n1, 1)``
+    and ``(1, n2)`` for a matrix; ``(n,)`` each for the diagonal pass, where ``cov`` is the
+    diagonal itself). ``ntk`` is ``None`` while it is identically zero (before the first
+    layer with parameters). ``fan_in`` is the width of the representation that the next
+    ``Dense`` layer reads (the input dimension at first), ``None`` when no width was given.
+    """
+
+    cov: Tensor
+    ntk: Tensor | None
+    var1: Tensor
+    var2: Tensor
+    fan_in: int | None
+    has_dense: bool

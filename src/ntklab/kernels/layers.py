@@ -1,0 +1,370 @@
+"""Layers with parameters and the ``serial`` combinator.
+
+Conventions are those of neural-tangents' ``stax`` (arXiv:1912.02803): the input kernel of an
+``(n, d)`` batch is :math:`K_0(x, x') = \\langle x, x' \\rangle / d` with :math:`\\Theta_0 = 0`,
+and a ``Dense`` layer in NTK parameterization computes
+:math:`y = \\sigma_w W x / \\sqrt{n_{in}} + \\sigma_b b` with unit Gaussian ``W`` and ``b``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_inputs, check_nonnegative, check_positive_int
+from ..errors import NtklabTypeError, NtklabValueError
+from .kernel import Kernel, KernelState
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Architecture", "Dense", "Layer", "serial"]
+
+Parameterization = Literal["ntk", "standard"]
+
+
+class Layer(ABC):
+    """A layer of an architecture: it maps kernels to kernels and builds its finite module."""
+
+    @abstractmethod
+    def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        """Apply the layer's kernel recursion to ``state``.
+
+        ``state.var1``/``state.var2`` hold the variances of the layer's *input*. With
+        ``inplace=True`` the layer may overwrite ``state.cov`` and ``state.ntk``.
+        """
+
+    @abstractmethod
+    def module(
+        self,
+        in_features: int | None,
+        out_features: int | None,
+        *,
+        generator: torch.Generator | None,
+        dtype: torch.dtype,
+        device: torch.device | str | None,
+    ) -> nn.Module:
+        """The finite-width counterpart of the layer (``in_features=None``: inferred lazily)."""
+
+    @property
+    def has_parameters(self) -> bool:
+        """Whether the layer has weights (it changes the width of the representation)."""
+        return False
+
+    def _requires_grad(self) -> bool:
+        return False
+
+    # A single layer is also a (one-layer) architecture.
+    def kernel(self, x1: Tensor, x2: Tensor | None = None) -> Kernel:
+        """The kernel of the one-layer architecture ``serial(self)``."""
+        return serial(self).kernel(x1, x2)
+
+
+@dataclass(frozen=True)
+class Dense(Layer):
+    """Fully-connected layer.
+
+    Parameters
+    ----------
+    w_std : float or Tensor
+        Weight scale :math:`\\sigma_w >= 0`.
+    b_std : float, Tensor or None
+        Bias scale :math:`\\sigma_b >= 0`; ``None`` means no bias (which differs from
+        ``0.0`` only in the standard parameterization's NTK, where a bias, even initialized
+        at zero, contributes 1).
+    parameterization : {"ntk", "standard"}
+        ``"ntk"``: :math:`y = \\sigma_w W x/\\sqrt{n_{in}} + \\sigma_b b`, unit Gaussian
+        ``W, b``. ``"standard"``: :math:`y = W x + b` with
+        :math:`W_{ij} \\sim N(0, \\sigma_w^2 / n_{in})`, :math:`b \\sim N(0, \\sigma_b^2)`; its
+        NTK depends on the widths.
+    width : int or None
+        Output width of this layer. Needed for the kernel only by the standard
+        parameterization (for the fan-in of the next Dense); ``to_torch(width=...)`` fills
+        unspecified hidden widths.
+
+    Notes
+    -----
+    Kernel recursion (neural-tangents' conventions). NTK parameterization:
+
+    .. math:: K' = \\sigma_w^2 K + \\sigma_b^2, \\qquad \\Theta' = K' + \\sigma_w^2 \\Theta.
+
+    Standard parameterization, with :math:`n_{in}` the fan-in width:
+
+    .. math:: K' = \\sigma_w^2 K + \\sigma_b^2, \\qquad
+              \\Theta' = n_{in} K + \\sigma_w^2 \\Theta + [\\text{bias}].
+    """
+
+    w_std: float | Tensor = 1.0
+    b_std: float | Tensor | None = 0.0
+    parameterization: Parameterization = "ntk"
+    width: int | None = None
+
+    def __post_init__(self) -> None:
+        check_nonnegative("w_std", self.w_std)
+        if self.b_std is not None:
+            check_nonnegative("b_std", self.b_std)
+        if self.parameterization not in ("ntk", "standard"):
+            raise NtklabValueError(
+                f"parameterization: expected 'ntk' or 'standard', got {self.parameterization!r}"
+            )
+        if self.width is not None:
+            check_positive_int("width", self.width)
+
+    @property
+    def has_parameters(self) -> bool:
+        return True
+
+    def _requires_grad(self) -> bool:
+        return any(isinstance(v, Tensor) and v.requires_grad for v in (self.w_std, self.b_std))
+
+    def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        w2 = self.w_std**2
+        b2 = 0.0 if self.b_std is None else self.b_std**2
+        cov, ntk = state.cov, state.ntk
+        if self.parameterization == "ntk":
+            # shape: (n1, n2). K' = w^2 K + b^2 ;  Theta' = K' + w^2 Theta
+            cov = _affine(cov, w2, b2, inplace)
+            if ntk is None:
+                ntk = cov.clone()
+            elif inplace and not isinstance(w2, Tensor):
+                ntk = torch.add(cov, ntk, alpha=w2, out=ntk)
+            else:
+                ntk = cov + w2 * ntk
+        else:
+            if state.fan_in is None:
+                raise NtklabValueError(
+                    "Dense(parameterization='standard'): expected the width of the previous "
+                    "Dense layer (its NTK scales with the fan-in), got width=None; pass "
+                    "Dense(..., width=N) to that layer"
+                )
+            fan_in = float(state.fan_in)
+            bias = 0.0 if self.b_std is None else 1.0
+            # Theta' = n_in K + w^2 Theta + [bias], with the incoming K
+            if ntk is None:
+                ntk = torch.mul(cov, fan_in)
+            elif inplace and not isinstance(w2, Tensor):
+                ntk = ntk.mul_(w2).add_(cov, alpha=fan_in)
+            else:
+                ntk = fan_in * cov + w2 * ntk
+            if bias:
+                ntk = ntk.add_(bias) if inplace else ntk + bias
+            cov = _affine(cov, w2, b2, inplace)
+        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, has_dense=True)
+
+    def propagate_variance(self, var: Tensor) -> Tensor:
+        """The diagonal recursion :math:`v' = \\sigma_w^2 v + \\sigma_b^2`."""
+        b2 = 0.0 if self.b_std is None else self.b_std**2
+        return _affine(var, self.w_std**2, b2, inplace=False)
+
+    def module(
+        self,
+        in_features: int | None,
+        out_features: int | None,
+        *,
+        generator: torch.Generator | None,
+        dtype: torch.dtype,
+        device: torch.device | str | None,
+    ) -> nn.Module:
+        from ..nets.modules import DenseLayer
+
+        out = self.width if self.width is not None else out_features
+        if out is None:
+            raise NtklabValueError("width: expected an int for the hidden Dense layers, got None")
+        return DenseLayer(
+            in_features,
+            out,
+            w_std=_as_float(self.w_std),
+            b_std=None if self.b_std is None else _as_float(self.b_std),
+            parameterization=self.parameterization,
+            generator=generator,
+            dtype=dtype,
+            device=device,
+        )
+
+
+def _as_float(v: float | Tensor) -> float:
+    return float(v.detach()) if isinstance(v, Tensor) else float(v)
+
+
+def _affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:
+    """``scale * x + shift``, in place when allowed and the coefficients are plain numbers."""
+    if inplace and not isinstance(scale, Tensor) and not isinstance(shift, Tensor):
+        x = x.mul_(scale)
+        return x.add_(shift) if shift != 0.0 else x
+    return x * scale + shift
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A sequence of layers with its infinite-width kernels and finite-width networks.
+
+    Build it with :func:`serial`. ``arch.kernel(x1, x2)`` returns the NNGP and NTK;
+    ``arch.to_torch(width)`` a ``torch.nn.Module`` with the same parameterization, whose
+    empirical NTK and output covariance converge to ``arch.kernel`` as the width grows.
+    """
+
+    layers: tuple[Layer, ...]
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise NtklabValueError("layers: expected at least one layer, got none")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, Layer):
+                raise NtklabTypeError(
+                    f"layers[{i}]: expected an ntklab layer (Dense, Relu, ...), got "
+                    f"{type(layer).__name__}"
+                )
+        from .activations import Activation
+
+        first_dense = next((i for i, layer in enumerate(self.layers) if layer.has_parameters), None)
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, Activation) and (first_dense is None or i < first_dense):
+                raise NtklabValueError(
+                    f"layers[{i}]: expected a Dense layer before the activation "
+                    f"{type(layer).__name__} (an activation reads the pre-activations of a Dense "
+                    "layer), got it before any Dense"
+                )
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def _requires_grad(self) -> bool:
+        return any(layer._requires_grad() for layer in self.layers)
+
+    def kernel(self, x1: Tensor, x2: Tensor | None = None) -> Kernel:
+        """NNGP and NTK between the rows of ``x1`` and ``x2``.
+
+        Parameters
+        ----------
+        x1 : Tensor of shape (n1, d)
+        x2 : Tensor of shape (n2, d), optional
+            Defaults to ``x1``.
+
+        Returns
+        -------
+        Kernel
+            ``nngp`` and ``ntk`` of shape (n1, n2), on ``x1``'s dtype and device;
+            differentiable in the inputs and in tensor-valued ``w_std``/``b_std``.
+
+        Examples
+        --------
+        >>> import torch, ntklab as nl
+        >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+        >>> k = arch.kernel(torch.randn(4, 3, dtype=torch.float64))
+        >>> k.ntk.shape
+        torch.Size([4, 4])
+        """
+        a, b = check_inputs(x1, x2)
+        inplace = not (
+            torch.is_grad_enabled()
+            and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
+        )
+        d = a.shape[1]
+        var1 = a.square().mean(dim=1)  # shape: (n1,)
+        var2 = var1 if b is None else b.square().mean(dim=1)  # shape: (n2,)
+        gram = a @ (a if b is None else b).T  # shape: (n1, n2)
+        cov = gram.div_(d) if inplace else gram / d
+        state = KernelState(cov, None, var1[:, None], var2[None, :], d, False)
+        diag1 = KernelState(var1, None, var1, var1, d, False)
+        diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d, False)
+        for layer in self.layers:
+            state = layer.propagate(state, inplace=inplace)
+            diag1 = _next_diagonal(layer, diag1)
+            diag2 = diag1 if b is None else _next_diagonal(layer, diag2)
+            state = dataclasses.replace(state, var1=diag1.cov[:, None], var2=diag2.cov[None, :])
+        nngp = state.cov
+        ntk = state.ntk if state.ntk is not None else torch.zeros_like(nngp)
+        if b is None:
+            # The recursion is elementwise, so the diagonal of K(x1, x1) is the diagonal pass,
+            # computed at correlation exactly 1 (rounding near c = 1 costs sqrt(eps) in angle).
+            diag_ntk = diag1.ntk if diag1.ntk is not None else torch.zeros_like(diag1.cov)
+            if inplace:
+                nngp.diagonal().copy_(diag1.cov)
+                ntk.diagonal().copy_(diag_ntk)
+            else:
+                nngp = torch.diagonal_scatter(nngp, diag1.cov)
+                ntk = torch.diagonal_scatter(ntk, diag_ntk)
+        return Kernel(nngp=nngp, ntk=ntk, var1=diag1.cov, var2=diag2.cov)
+
+    def to_torch(
+        self,
+        width: int = 1024,
+        out_features: int = 1,
+        *,
+        in_features: int | None = None,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> nn.Sequential:
+        """A finite network with this architecture.
+
+        Parameters
+        ----------
+        width : int
+            Output width of every hidden Dense layer that has no ``width`` of its own.
+        out_features : int
+            Output width of the last Dense layer (when it has no ``width`` of its own).
+        in_features : int, optional
+            Input dimension d. When omitted, the first Dense layer is lazy: its weights are
+            created (from ``generator``) on the first forward call, as ``nn.LazyLinear`` does.
+        generator : torch.Generator, optional
+            Source of randomness for the initialization (reproducible networks).
+        dtype, device
+            Of the parameters.
+
+        Returns
+        -------
+        torch.nn.Sequential
+            Its parameters are initialized as the parameterization prescribes (unit Gaussian
+            in NTK parameterization, the scale applied in ``forward``).
+        """
+        check_positive_int("width", width)
+        check_positive_int("out_features", out_features)
+        if in_features is not None:
+            check_positive_int("in_features", in_features)
+        last_dense = max(i for i, layer in enumerate(self.layers) if layer.has_parameters)
+        modules: list[nn.Module] = []
+        features: int | None = in_features
+        for i, layer in enumerate(self.layers):
+            out = out_features if i == last_dense else width
+            mod = layer.module(features, out, generator=generator, dtype=dtype, device=device)
+            modules.append(mod)
+            if layer.has_parameters:
+                features = int(getattr(mod, "out_features"))  # noqa: B009
+        return nn.Sequential(*modules)
+
+
+def _next_diagonal(layer: Layer, diag: KernelState) -> KernelState:
+    """Propagate the per-input variances through ``layer`` (the kernel on the diagonal)."""
+    out = layer.propagate(diag, inplace=False)
+    return dataclasses.replace(out, var1=out.cov, var2=out.cov)
+
+
+def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:
+    """Compose layers (and architectures) in sequence.
+
+    Examples
+    --------
+    >>> import ntklab as nl
+    >>> block = nl.serial(nl.Dense(1.5, 0.1), nl.Relu())
+    >>> arch = nl.serial(block, block, nl.Dense(1.5, 0.1))
+    >>> len(arch)
+    5
+    """
+    flat: list[Layer] = []
+    for item in layers:
+        if isinstance(item, Architecture):
+            flat.extend(item.layers)
+        elif isinstance(item, list | tuple):
+            flat.extend(serial(*item).layers)
+        else:
+            flat.append(item)  # type: ignore[arg-type]
+    return Architecture(tuple(flat))
