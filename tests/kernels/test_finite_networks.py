@@ -55,8 +55,7 @@ def test_empirical_ntk_error_falls_like_inverse_sqrt_width(x: torch.Tensor) -> N
     for width in widths:
         errs = []
         for seed in range(6):
-            net = ARCH.to_torch(width, 1, generator=torch.Generator().manual_seed(seed),
-                                dtype=F64)
+            net = ARCH.to_torch(width, 1, generator=torch.Generator().manual_seed(seed), dtype=F64)
             theta = empirical_ntk(net, x)
             errs.append(float(torch.linalg.norm(theta - k.ntk) / torch.linalg.norm(k.ntk)))
         errors.append(math.sqrt(np.mean(np.square(errs))))
@@ -72,11 +71,13 @@ def test_readout_nngp_error_falls_like_inverse_sqrt_width(x: torch.Tensor) -> No
     for width in widths:
         errs = []
         for seed in range(8):
-            net = ARCH.to_torch(width, 1, generator=torch.Generator().manual_seed(seed),
-                                dtype=F64)
+            net = ARCH.to_torch(width, 1, generator=torch.Generator().manual_seed(seed), dtype=F64)
             with torch.no_grad():
-                errs.append(float(torch.linalg.norm(readout_nngp(net, x) - k.nngp)
-                                  / torch.linalg.norm(k.nngp)))
+                errs.append(
+                    float(
+                        torch.linalg.norm(readout_nngp(net, x) - k.nngp) / torch.linalg.norm(k.nngp)
+                    )
+                )
         errors.append(math.sqrt(np.mean(np.square(errs))))
     slope = _slope(widths, errors)
     assert -0.65 <= slope <= -0.35, (slope, errors)
@@ -87,11 +88,14 @@ def test_output_covariance_over_seeds_matches_nngp(x: torch.Tensor) -> None:
     k = arch.kernel(x)
     seeds = 3000
     with torch.no_grad():
-        outs = torch.stack([
-            arch.to_torch(256, 1, in_features=3, generator=torch.Generator().manual_seed(s),
-                          dtype=F64)(x)[:, 0]
-            for s in range(seeds)
-        ])  # shape: (seeds, n)
+        outs = torch.stack(
+            [
+                arch.to_torch(
+                    256, 1, in_features=3, generator=torch.Generator().manual_seed(s), dtype=F64
+                )(x)[:, 0]
+                for s in range(seeds)
+            ]
+        )  # shape: (seeds, n)
     cov = outs.T @ outs / seeds
     # standard error of a Gaussian second moment: sqrt((K_ii K_jj + K_ij^2) / S)
     se = torch.sqrt((torch.outer(k.var1, k.var1) + k.nngp**2) / seeds)
@@ -101,9 +105,13 @@ def test_output_covariance_over_seeds_matches_nngp(x: torch.Tensor) -> None:
 
 def test_standard_parameterization_network_matches_its_kernel(x: torch.Tensor) -> None:
     def arch(width: int) -> nl.Architecture:
-        return nl.serial(nl.Dense(1.3, 0.2, "standard", width=width), nl.Relu(),
-                         nl.Dense(1.3, 0.2, "standard", width=width), nl.Relu(),
-                         nl.Dense(1.3, 0.2, "standard"))
+        return nl.serial(
+            nl.Dense(1.3, 0.2, "standard", width=width),
+            nl.Relu(),
+            nl.Dense(1.3, 0.2, "standard", width=width),
+            nl.Relu(),
+            nl.Dense(1.3, 0.2, "standard"),
+        )
 
     widths = [64, 256, 1024, 4096]
     errors = []
@@ -111,8 +119,9 @@ def test_standard_parameterization_network_matches_its_kernel(x: torch.Tensor) -
         k = arch(width).kernel(x)
         errs = []
         for seed in range(3):
-            net = arch(width).to_torch(7, 1, generator=torch.Generator().manual_seed(seed),
-                                       dtype=F64)
+            net = arch(width).to_torch(
+                7, 1, generator=torch.Generator().manual_seed(seed), dtype=F64
+            )
             theta = empirical_ntk(net, x)
             errs.append(float(torch.linalg.norm(theta - k.ntk) / torch.linalg.norm(k.ntk)))
         errors.append(math.sqrt(np.mean(np.square(errs))))

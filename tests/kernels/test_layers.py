@@ -31,8 +31,16 @@ def _layer(spec: dict[str, Any]) -> nl.kernels.Layer:
         )
     if kind == "LeakyRelu":
         return nl.LeakyRelu(spec["alpha"])
-    simple = {"Relu": nl.Relu, "Abs": nl.Abs, "Erf": nl.Erf, "Gelu": nl.Gelu, "Sin": nl.Sin,
-              "Cos": nl.Cos, "Identity": nl.Identity, "Tanh": nl.Tanh}
+    simple = {
+        "Relu": nl.Relu,
+        "Abs": nl.Abs,
+        "Erf": nl.Erf,
+        "Gelu": nl.Gelu,
+        "Sin": nl.Sin,
+        "Cos": nl.Cos,
+        "Identity": nl.Identity,
+        "Tanh": nl.Tanh,
+    }
     return simple[kind]()
 
 
@@ -61,8 +69,9 @@ def test_parity_with_neural_tangents(case: dict[str, Any]) -> None:
         torch.testing.assert_close(getattr(k, name), expected, rtol=rtol, atol=rtol * scale)
 
 
-def _relu_reference(x1: np.ndarray, x2: np.ndarray, w: float, b: float) -> tuple[
-        np.ndarray, np.ndarray]:
+def _relu_reference(
+    x1: np.ndarray, x2: np.ndarray, w: float, b: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Depth-1 ReLU network kernels written out in numpy, from the arc-cosine formulas."""
     d = x1.shape[1]
     k12 = w**2 * x1 @ x2.T / d + b**2
@@ -102,16 +111,20 @@ def test_standard_parameterization_ntk_scales_with_width() -> None:
     x = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(1))
 
     def arch(width: int) -> nl.Architecture:
-        return nl.serial(nl.Dense(1.2, 0.1, "standard", width=width), nl.Relu(),
-                         nl.Dense(1.2, 0.1, "standard"))
+        return nl.serial(
+            nl.Dense(1.2, 0.1, "standard", width=width), nl.Relu(), nl.Dense(1.2, 0.1, "standard")
+        )
 
     k1, k2 = arch(100).kernel(x), arch(200).kernel(x)
     relu_k = (k1.nngp - 0.1**2) / 1.2**2  # E[relu relu] of the hidden layer
     torch.testing.assert_close(k2.ntk - k1.ntk, 100 * relu_k, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(k1.nngp, k2.nngp)
     with pytest.raises(NtklabValueError, match="width"):
-        nl.serial(nl.Dense(1.0, parameterization="standard"), nl.Relu(),
-                  nl.Dense(1.0, parameterization="standard")).kernel(x)
+        nl.serial(
+            nl.Dense(1.0, parameterization="standard"),
+            nl.Relu(),
+            nl.Dense(1.0, parameterization="standard"),
+        ).kernel(x)
 
 
 def test_100_layer_relu_float32_is_finite_and_close_to_float64() -> None:
@@ -132,8 +145,9 @@ def test_100_layer_relu_float32_is_finite_and_close_to_float64() -> None:
 def test_no_grad_and_autograd_paths_agree() -> None:
     x1 = torch.randn(5, 3, dtype=F64, generator=torch.Generator().manual_seed(3))
     x2 = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(4))
-    arch = nl.serial(nl.Dense(1.4, 0.3), nl.Relu(), nl.Dense(1.1, 0.2), nl.LeakyRelu(0.1),
-                     nl.Dense(1.0, 0.1))
+    arch = nl.serial(
+        nl.Dense(1.4, 0.3), nl.Relu(), nl.Dense(1.1, 0.2), nl.LeakyRelu(0.1), nl.Dense(1.0, 0.1)
+    )
     with torch.no_grad():
         fast = arch.kernel(x1, x2)
     slow = arch.kernel(x1.clone().requires_grad_(), x2)
@@ -141,8 +155,7 @@ def test_no_grad_and_autograd_paths_agree() -> None:
     torch.testing.assert_close(fast.nngp, slow.nngp.detach(), rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("act", [nl.Relu(), nl.Erf(), nl.Gelu(), nl.Tanh(degree=12)],
-                         ids=repr)
+@pytest.mark.parametrize("act", [nl.Relu(), nl.Erf(), nl.Gelu(), nl.Tanh(degree=12)], ids=repr)
 def test_gradients_in_inputs_match_finite_differences(act: nl.kernels.Layer) -> None:
     gen = torch.Generator().manual_seed(5)
     x1 = torch.randn(3, 2, dtype=F64, generator=gen, requires_grad=True)
@@ -215,7 +228,7 @@ def test_non_finite_inputs(arch: nl.Architecture, bad: float) -> None:
 
 
 def test_wrong_types(arch: nl.Architecture) -> None:
-    with pytest.raises(NtklabTypeError, match="x1: expected a torch.Tensor"):
+    with pytest.raises(NtklabTypeError, match=r"x1: expected a torch\.Tensor"):
         arch.kernel(np.ones((3, 2)))  # type: ignore[arg-type]
     with pytest.raises(NtklabTypeError, match="x1: expected a floating dtype"):
         arch.kernel(torch.ones(3, 2, dtype=torch.int64))
@@ -223,9 +236,14 @@ def test_wrong_types(arch: nl.Architecture) -> None:
         arch.kernel(torch.ones(3, 2), torch.ones(3, 2, dtype=F64))
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"w_std": -1.0}, "w_std"),
-                                              ({"w_std": 1.0, "b_std": -0.1}, "b_std"),
-                                              ({"w_std": float("nan")}, "w_std")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"w_std": -1.0}, "w_std"),
+        ({"w_std": 1.0, "b_std": -0.1}, "b_std"),
+        ({"w_std": float("nan")}, "w_std"),
+    ],
+)
 def test_negative_scales(kwargs: dict[str, float], name: str) -> None:
     with pytest.raises(NtklabValueError, match=rf"{name}: expected a finite value >= 0"):
         nl.Dense(**kwargs)

@@ -1,0 +1,344 @@
+"""The ``ntklab`` command: list, run and reproduce the experiments of CLAIMS.md.
+
+Exit codes: 0 when every verdict is PASS; 1 when a verdict is FAIL or ERROR or a run could
+not be written; 2 on usage errors (unknown experiment or scale, bad ``--set``, unwritable
+``--out``), reported in one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from ntklab.errors import NtklabError
+
+if TYPE_CHECKING:
+    from ntklab.experiments import Experiment, RunResult
+
+__all__ = ["app", "main"]
+
+DEFAULT_OUT = Path("ntklab-runs")
+_VERDICT_STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold yellow"}
+
+app = typer.Typer(
+    name="ntklab",
+    help="Reproducible experiments on Neural Tangent Kernel theory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+OutOption = Annotated[
+    Path,
+    typer.Option("--out", help="Folder of the run folders (and of the reports)."),
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Rerun even if a run with the same config exists.")
+]
+ScaleOption = Annotated[
+    str, typer.Option("--scale", help="Scale: tiny (seconds), quick (minutes) or paper.")
+]
+
+
+def _stdout() -> Console:
+    return Console(highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Print a one-line error to stderr and exit with status 2."""
+    _stderr().print(Text("error: ", style="bold red") + Text(" ".join(message.split())))
+    raise typer.Exit(2)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ntklab")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        _stdout().print(f"ntklab {_version()}")
+        raise typer.Exit()
+
+
+def _configure_logging(verbose: bool) -> None:
+    if not verbose:
+        return
+    from rich.logging import RichHandler
+
+    log = logging.getLogger("ntklab")
+    if not any(isinstance(h, RichHandler) for h in log.handlers):
+        log.addHandler(RichHandler(console=_stderr(), show_path=False))
+    log.setLevel(logging.INFO)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what the runs do to stderr.")
+    ] = False,
+) -> None:
+    """Reproducible experiments on Neural Tangent Kernel theory."""
+    _configure_logging(verbose)
+
+
+def _texts(*values: str) -> list[Text]:
+    """Table cells shown literally (rich would read ``[...]`` in a str as markup)."""
+    return [Text(v) for v in values]
+
+
+def _verdict_text(verdict: str) -> Text:
+    return Text(verdict, style=_VERDICT_STYLE.get(verdict, "bold"))
+
+
+def _metrics_table(result: RunResult) -> Table:
+    from ntklab.report._format import format_ci, format_value
+
+    table = Table(title="Metrics", title_justify="left")
+    for column in ("metric", "value", "CI", "predicted", "unit", "note"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for m in result.metrics:
+        table.add_row(
+            *_texts(
+                m.name,
+                format_value(m.value),
+                format_ci(m.ci_low, m.ci_high),
+                m.predicted or "—",
+                m.unit,
+                m.note,
+            )
+        )
+    return table
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _reason(result: RunResult) -> str:
+    """Why a run did not pass, in one line."""
+    if result.verdict == "ERROR":
+        return f"{_last_line(result.error) or result.summary} (traceback in result.json)"
+    return result.summary
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Progress]:
+    console = _stderr()
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[message]}", style="dim"),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    with progress:
+        yield progress
+
+
+def _progress_callback(progress: Progress, task: TaskID) -> Callable[[float, str], None]:
+    def update(fraction: float, message: str) -> None:
+        progress.update(task, completed=100.0 * fraction, message=message)
+
+    return update
+
+
+@app.command("list")
+def list_command() -> None:
+    """List the registered experiments."""
+    from ntklab.experiments import list_experiments
+
+    experiments = list_experiments()
+    table = Table(title=f"{len(experiments)} registered experiments", title_justify="left")
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("claim", no_wrap=True)
+    table.add_column("summary")
+    table.add_column("scales")
+    for e in experiments:
+        table.add_row(*_texts(e.name, e.claim_id, e.short_claim, ", ".join(e.scales)))
+    _stdout().print(table)
+
+
+@app.command("run")
+def run_command(
+    name: Annotated[str, typer.Argument(help="Experiment name (see `ntklab list`).")],
+    scale: ScaleOption = "quick",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override a config field (repeatable): --set n=64 --set widths=64,128.",
+        ),
+    ] = None,
+    out: OutOption = DEFAULT_OUT,
+    force: ForceOption = False,
+) -> None:
+    """Run one experiment and print its verdict, summary, metrics and run folder."""
+    from ntklab.experiments import parse_set_options, run_experiment
+
+    try:
+        overrides = parse_set_options(set_ or [])
+        with _progress_bar() as progress:
+            task = progress.add_task(name, total=100.0, message="")
+            result = run_experiment(
+                name,
+                scale=scale,
+                overrides=overrides,
+                out_root=out,
+                force=force,
+                progress=_progress_callback(progress, task),
+            )
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    except OSError as exc:
+        _stderr().print(Text(f"error: could not write the run of {name}: {exc}", style="red"))
+        raise typer.Exit(1) from None
+
+    console = _stdout()
+    header = _verdict_text(result.verdict) + Text(
+        f"  {result.experiment} ({result.claim_id}), scale {result.scale}"
+    )
+    console.print(header)
+    console.print(Text(result.summary))
+    if result.metrics:
+        console.print(_metrics_table(result))
+    for note in result.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    status = "reused" if result.reused else f"{result.wall_time_s:.1f} s"
+    console.print(Text(f"run folder: {result.run_dir} ({status})"))
+    if result.verdict != "PASS":
+        _stderr().print(
+            _verdict_text(result.verdict) + Text(f" {result.experiment}: {_reason(result)}")
+        )
+        raise typer.Exit(1)
+
+
+def _select(only: Sequence[str]) -> list[Experiment]:
+    from ntklab.experiments import get_experiment, list_experiments
+
+    if not only:
+        return list_experiments()
+    return [get_experiment(name) for name in dict.fromkeys(only)]
+
+
+def _summary_table(results: Sequence[RunResult]) -> Table:
+    table = Table(title="Claims", title_justify="left")
+    table.add_column("claim", no_wrap=True)
+    table.add_column("experiment", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("measured")
+    table.add_column("time", justify="right", no_wrap=True)
+    for r in results:
+        time = "reused" if r.reused else f"{r.wall_time_s:.1f} s"
+        table.add_row(
+            Text(r.claim_id), Text(r.experiment), _verdict_text(r.verdict), Text(r.summary), time
+        )
+    return table
+
+
+@app.command("reproduce")
+def reproduce_command(
+    scale: ScaleOption = "quick",
+    out: OutOption = DEFAULT_OUT,
+    force: ForceOption = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", metavar="NAME", help="Run only this experiment (repeatable)."),
+    ] = None,
+) -> None:
+    """Run every registered experiment, then write report.md and report.html in --out."""
+    from ntklab.experiments import resolve_config, run_experiment
+    from ntklab.report import write_report
+
+    try:
+        experiments = _select(only or [])
+        for experiment in experiments:
+            resolve_config(experiment, scale)
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    if not experiments:
+        _stderr().print(Text("error: no experiments are registered", style="red"))
+        raise typer.Exit(1)
+
+    results: list[RunResult] = []
+    problems: list[str] = []
+    with _progress_bar() as progress:
+        overall = progress.add_task("all experiments", total=len(experiments), message="")
+        for experiment in experiments:
+            progress.update(overall, message=experiment.name)
+            task = progress.add_task(experiment.name, total=100.0, message="")
+            try:
+                result = run_experiment(
+                    experiment,
+                    scale=scale,
+                    out_root=out,
+                    force=force,
+                    progress=_progress_callback(progress, task),
+                )
+            except NtklabError as exc:
+                progress.stop()
+                _usage_error(str(exc))
+            except OSError as exc:
+                problems.append(f"{experiment.name}: could not write the run ({exc})")
+            else:
+                results.append(result)
+                if result.verdict != "PASS":
+                    problems.append(f"{result.verdict} {result.experiment}: {_reason(result)}")
+            progress.remove_task(task)
+            progress.advance(overall)
+
+    console = _stdout()
+    if results:
+        console.print(_summary_table(results))
+        try:
+            md_path, html_path = write_report(results, out)
+        except OSError as exc:
+            problems.append(f"could not write the report in {out} ({exc})")
+        else:
+            console.print(Text(f"report: {md_path}\nreport: {html_path}"))
+    if problems:
+        err = _stderr()
+        err.print(Text(f"{len(problems)} problem(s) in {len(experiments)} experiments:"))
+        for problem in problems:
+            err.print(Text(f"  {problem}", style="red"))
+        raise typer.Exit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``ntklab`` command."""
+    app(args=None if argv is None else list(argv), prog_name="ntklab")

@@ -1,0 +1,52 @@
+"""Named, reproducible experiments: one per claim of CLAIMS.md.
+
+Importing this package registers every experiment (each module registers its own at import
+time). Run one with :func:`run_experiment` or ``ntklab run NAME``; all of them with
+``ntklab reproduce``.
+"""
+
+# ruff: noqa: I001  (experiment modules must be imported after the re-exports they use)
+from .base import (
+    REQUIRED_SCALES,
+    Experiment,
+    ExperimentConfig,
+    Metric,
+    Outcome,
+    ProgressCallback,
+    RunContext,
+    no_progress,
+)
+from .config import config_hash, parse_set_options, resolve_config
+from .registry import get_experiment, list_experiments, register, unregister
+from .result import RunResult, Verdict
+from .runner import run_dir_for, run_experiment
+
+# ---------------------------------------------------------------------------------------------
+# Experiment modules. Importing one registers its experiment; keep these imports below the
+# re-exports above, which the modules use (``from ntklab.experiments import register``).
+# One line per module, in claim order, each marked "noqa" for F401 (imported for its side
+# effect), e.g. `from . import spectrum_s1`.
+# ---------------------------------------------------------------------------------------------
+from . import spectrum_s1  # noqa: F401
+
+__all__ = [
+    "REQUIRED_SCALES",
+    "Experiment",
+    "ExperimentConfig",
+    "Metric",
+    "Outcome",
+    "ProgressCallback",
+    "RunContext",
+    "RunResult",
+    "Verdict",
+    "config_hash",
+    "get_experiment",
+    "list_experiments",
+    "no_progress",
+    "parse_set_options",
+    "register",
+    "resolve_config",
+    "run_dir_for",
+    "run_experiment",
+    "unregister",
+]

@@ -1,0 +1,360 @@
+"""The data an experiment is made of: its config, its metrics, its outcome and its context.
+
+An experiment is a short script of a claim. It declares a typed config
+(:class:`ExperimentConfig`), a run function ``run(config, ctx) -> Outcome`` and the
+scales it runs at; the runner (:mod:`ntklab.experiments.runner`) does everything else:
+resolving the config, seeding, timing, writing the run folder and the verdict.
+
+Example
+-------
+>>> from ntklab.experiments import ExperimentConfig, Metric, Outcome, RunContext
+>>> class SlopeConfig(ExperimentConfig):
+...     n: int = 64
+>>> def run(config: SlopeConfig, ctx: RunContext) -> Outcome:
+...     slope = -2.0
+...     ok = -2.1 <= slope <= -1.9
+...     m = Metric("slope", slope, predicted="[-2.1, -1.9]")
+...     return Outcome(metrics=(m,), passed=ok, summary=f"slope {slope:.2f} in [-2.1, -1.9]")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ntklab.errors import NtklabTypeError, NtklabValueError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "REQUIRED_SCALES",
+    "Experiment",
+    "ExperimentConfig",
+    "Metric",
+    "Outcome",
+    "ProgressCallback",
+    "RunContext",
+    "no_progress",
+]
+
+#: ``progress(fraction, message)``: fraction of the run done, in [0, 1], and what is happening.
+ProgressCallback = Callable[[float, str], None]
+
+#: Every experiment defines at least these scales: ``tiny`` (tests, seconds), ``quick``
+#: (``ntklab reproduce``, minutes on a laptop) and ``paper`` (the full grid).
+REQUIRED_SCALES: tuple[str, ...] = ("tiny", "quick", "paper")
+
+_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FIGURE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def no_progress(fraction: float, message: str) -> None:
+    """Progress callback that ignores its arguments (the default)."""
+
+
+class ExperimentConfig(BaseModel):
+    """Base class of every experiment's config: typed, immutable, no unknown fields.
+
+    Subclasses add fields with defaults; a scale of the experiment overrides some of them,
+    and ``ntklab run NAME --set key=value`` overrides them again.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of every random stream of the run (see :meth:`RunContext.generator`).
+    dtype : {"float32", "float64"}
+        Floating-point precision of the computation.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int = 0
+    dtype: Literal["float32", "float64"] = "float64"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The :class:`torch.dtype` named by :attr:`dtype`."""
+        import torch
+
+        return torch.float64 if self.dtype == "float64" else torch.float32
+
+
+def _as_float(value: object, name: str) -> float:
+    """Convert a Python, NumPy or 0-d torch number to ``float``, or raise a clear error."""
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, int | float):
+        try:
+            value = item()
+        except (ValueError, RuntimeError) as exc:
+            raise NtklabTypeError(
+                f"{name}: expected a real number, received an array of shape "
+                f"{tuple(getattr(value, 'shape', ()))}"
+            ) from exc
+    if not isinstance(value, int | float):
+        raise NtklabTypeError(
+            f"{name}: expected a real number, received {type(value).__name__} {value!r}"
+        )
+    return float(value)
+
+
+def _as_bool(value: object, name: str) -> bool:
+    """Convert ``bool``, ``numpy.bool_`` or a 0-d boolean tensor to ``bool``."""
+    if isinstance(value, bool):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            inner = item()
+        except (ValueError, RuntimeError):
+            inner = None
+        if isinstance(inner, bool):
+            return inner
+    raise NtklabTypeError(f"{name}: expected a bool, received {type(value).__name__} {value!r}")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One measured figure of a run, with its confidence interval and the prediction.
+
+    Parameters
+    ----------
+    name : str
+        Short identifier, e.g. ``"ntk_slope_depth3"``.
+    value : float
+        The point estimate (NumPy scalars and 0-d tensors are converted).
+    ci_low, ci_high : float or None
+        Confidence interval of the estimate, when it has one.
+    predicted : str or None
+        What the claim predicts, as text: ``"[-2.1, -1.9]"``, ``"2"``, ``"<= 0.01"``.
+    unit : str
+        Unit of ``value`` (empty when dimensionless).
+    note : str
+        One-line remark, e.g. how the figure was fitted.
+    """
+
+    name: str
+    value: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    predicted: str | None = None
+    unit: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise NtklabValueError(
+                f"Metric name: expected a non-empty string, received {self.name!r}"
+            )
+        object.__setattr__(self, "value", _as_float(self.value, f"Metric {self.name!r} value"))
+        for bound in ("ci_low", "ci_high"):
+            raw = getattr(self, bound)
+            if raw is not None:
+                object.__setattr__(self, bound, _as_float(raw, f"Metric {self.name!r} {bound}"))
+        if self.predicted is not None and not isinstance(self.predicted, str):
+            object.__setattr__(self, "predicted", str(self.predicted))
+
+    @property
+    def finite(self) -> bool:
+        """Whether the value is a finite number (a NaN metric is a bug to report)."""
+        return math.isfinite(self.value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an experiment's run function returns.
+
+    Parameters
+    ----------
+    metrics : tuple of Metric
+        The measured figures, in the order the report shows them.
+    passed : bool
+        Whether the measurement meets the claim's criterion (the verdict).
+    summary : str
+        One line, measured vs predicted, e.g. ``"NTK slopes -2.00..-1.98 in [-2.1,-1.9]"``.
+    figures : mapping of str to matplotlib Figure
+        ``name -> figure``, saved as ``name.png`` in the run folder (then closed).
+    arrays : mapping of str to ndarray or Tensor
+        Saved together in ``arrays.npz``.
+    notes : tuple of str
+        Remarks the report prints under the metrics (caveats, excluded points, ...).
+    """
+
+    metrics: tuple[Metric, ...]
+    passed: bool
+    summary: str
+    figures: Mapping[str, Figure] = field(default_factory=dict)
+    arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        metrics = tuple(self.metrics)
+        for i, metric in enumerate(metrics):
+            if not isinstance(metric, Metric):
+                raise NtklabTypeError(
+                    f"Outcome metrics[{i}]: expected Metric, received {type(metric).__name__}"
+                )
+        object.__setattr__(self, "metrics", metrics)
+        object.__setattr__(self, "passed", _as_bool(self.passed, "Outcome passed"))
+        if not isinstance(self.summary, str):
+            raise NtklabTypeError(
+                f"Outcome summary: expected str, received {type(self.summary).__name__}"
+            )
+        for name in self.figures:
+            if not isinstance(name, str) or not _FIGURE_NAME_RE.fullmatch(name):
+                raise NtklabValueError(
+                    "Outcome figures: expected names made of letters, digits, '_', '-', '.' "
+                    f"(used as file names), received {name!r}"
+                )
+        for name in self.arrays:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise NtklabValueError(
+                    f"Outcome arrays: expected identifiers as names, received {name!r}"
+                )
+        notes = (self.notes,) if isinstance(self.notes, str) else tuple(self.notes)
+        object.__setattr__(self, "notes", tuple(str(n) for n in notes))
+        object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
+        object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a run function may use besides its config.
+
+    Parameters
+    ----------
+    out_dir : Path
+        Folder the run is being written to (a temporary folder renamed into place when the
+        run ends). An experiment may write extra files here.
+    progress : callable
+        ``progress(fraction, message)``; fraction in [0, 1]. A no-op by default.
+    experiment : str
+        Name of the experiment being run.
+    scale : str
+        Scale being run (``"tiny"``, ``"quick"``, ``"paper"``).
+    seed : int
+        The config's seed.
+    logger : logging.Logger
+        Logger of the run (a child of ``"ntklab"``).
+    """
+
+    out_dir: Path
+    progress: ProgressCallback = no_progress
+    experiment: str = ""
+    scale: str = ""
+    seed: int = 0
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("ntklab"))
+
+    def stream_seed(self, stream: str = "default") -> int:
+        """A 63-bit seed for the named random stream, derived from :attr:`seed`.
+
+        Distinct streams (``"data"``, ``"init"``, ``"noise"``) are independent, and each is
+        reproducible from the config's seed alone.
+        """
+        digest = hashlib.sha256(f"{self.seed}:{stream}".encode()).digest()
+        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+    def generator(
+        self, stream: str = "default", device: str | torch.device = "cpu"
+    ) -> torch.Generator:
+        """A fresh :class:`torch.Generator` seeded with :meth:`stream_seed` of ``stream``.
+
+        Examples
+        --------
+        >>> ctx = RunContext(out_dir=Path("."), seed=3)
+        >>> import torch
+        >>> a = torch.randn(2, generator=ctx.generator("data"))
+        >>> b = torch.randn(2, generator=ctx.generator("data"))
+        >>> bool((a == b).all())
+        True
+        """
+        import torch
+
+        gen = torch.Generator(device=device)
+        gen.manual_seed(self.stream_seed(stream))
+        return gen
+
+
+def _freeze_scales(scales: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+    return MappingProxyType({str(k): MappingProxyType(dict(v)) for k, v in scales.items()})
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named, reproducible test of one claim of CLAIMS.md.
+
+    Parameters
+    ----------
+    name : str
+        Lower-case kebab-case name used on the command line, e.g. ``"spectrum-s1"``.
+    claim_id : str
+        Identifier of the claim in CLAIMS.md, e.g. ``"A1"``.
+    claim : str
+        The claim, as a short paragraph.
+    criterion : str
+        The numeric criterion of the verdict, in words.
+    config_type : type of ExperimentConfig
+        The experiment's config class; every field has a default.
+    scales : mapping of str to mapping
+        ``scale -> {field: value}`` overrides of the config defaults; must contain
+        ``"tiny"``, ``"quick"`` and ``"paper"``.
+    run : callable
+        ``run(config, ctx) -> Outcome``.
+    """
+
+    name: str
+    claim_id: str
+    claim: str
+    criterion: str
+    config_type: type[ExperimentConfig]
+    scales: Mapping[str, Mapping[str, Any]]
+    run: Callable[[Any, RunContext], Outcome]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise NtklabValueError(
+                "Experiment name: expected lower-case kebab-case such as 'spectrum-s1', "
+                f"received {self.name!r}"
+            )
+        if not isinstance(self.claim_id, str) or not self.claim_id.strip():
+            raise NtklabValueError(
+                f"Experiment {self.name!r} claim_id: expected an id such as 'A1', "
+                f"received {self.claim_id!r}"
+            )
+        if not (
+            isinstance(self.config_type, type) and issubclass(self.config_type, ExperimentConfig)
+        ):
+            raise NtklabTypeError(
+                f"Experiment {self.name!r} config_type: expected a subclass of "
+                f"ExperimentConfig, received {self.config_type!r}"
+            )
+        if not callable(self.run):
+            raise NtklabTypeError(
+                f"Experiment {self.name!r} run: expected a callable run(config, ctx), "
+                f"received {type(self.run).__name__}"
+            )
+        missing = [s for s in REQUIRED_SCALES if s not in self.scales]
+        if missing:
+            raise NtklabValueError(
+                f"Experiment {self.name!r} scales: expected the scales {list(REQUIRED_SCALES)}, "
+                f"missing {missing}"
+            )
+        object.__setattr__(self, "scales", _freeze_scales(self.scales))
+
+    @property
+    def short_claim(self) -> str:
+        """The claim's first sentence, at most 80 characters."""
+        text = " ".join(self.claim.split())
+        first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+        return first if len(first) <= 80 else first[:79].rstrip() + "…"

@@ -1,0 +1,361 @@
+"""Running an experiment into its run folder, atomically, with resume.
+
+A run of experiment ``NAME`` at scale ``SCALE`` lives in ``<out_root>/NAME/SCALE-<hash>/``
+where ``<hash>`` is :func:`~ntklab.experiments.config_hash` of its config. The runner
+
+1. resolves the config and checks that ``out_root`` can be written (before running);
+2. returns the existing run if its ``result.json`` is valid, unless ``force`` (resume);
+3. runs the experiment in a temporary sibling folder, with torch's global RNG seeded from the
+   config (and restored afterwards), timing it and catching its exceptions (verdict ERROR);
+4. saves the figures (PNG, dpi 120) and arrays (``arrays.npz``), writes ``result.json``, and
+   renames the folder into place: a crash never leaves a half-written run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ntklab.errors import NtklabValueError
+
+from .base import Experiment, ExperimentConfig, Outcome, ProgressCallback, RunContext
+from .config import config_hash, resolve_config
+from .registry import get_experiment
+from .result import RESULT_FILE, RunResult, collect_versions
+
+__all__ = ["ARRAYS_FILE", "FIGURE_DPI", "run_dir_for", "run_experiment"]
+
+logger = logging.getLogger("ntklab")
+
+ARRAYS_FILE = "arrays.npz"
+FIGURE_DPI = 120
+
+
+def run_dir_for(out_root: Path, experiment: Experiment, scale: str, digest: str) -> Path:
+    """The run folder ``<out_root>/<name>/<scale>-<digest>``."""
+    return Path(out_root) / experiment.name / f"{scale}-{digest}"
+
+
+def _out_error(out_root: Path, reason: str) -> NtklabValueError:
+    return NtklabValueError(
+        f"out_root (--out): expected a writable directory, received {str(out_root)!r}: {reason}"
+    )
+
+
+def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
+    """Create the run's temporary sibling folder, or explain why ``out_root`` is unusable."""
+    if out_root.exists() and not out_root.is_dir():
+        raise _out_error(out_root, "it is a file, not a directory")
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise _out_error(out_root, f"cannot write {str(run_dir.parent)!r} ({reason})") from exc
+
+
+def _load_reusable(run_dir: Path, config: ExperimentConfig) -> RunResult | None:
+    """The finished run in ``run_dir`` if there is a valid one for ``config``."""
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    try:
+        result = RunResult.from_json(path)
+    except (OSError, NtklabValueError) as exc:
+        logger.warning("ignoring unreadable %s, rerunning: %s", path, exc)
+        return None
+    if result.verdict == "ERROR":
+        logger.info("previous run in %s ended in ERROR, rerunning", run_dir)
+        return None
+    if result.config != config.model_dump(mode="json"):
+        logger.warning("config in %s differs from the requested one, rerunning", path)
+        return None
+    return result.as_reused()
+
+
+def _checked_progress(callback: ProgressCallback | None) -> ProgressCallback:
+    """Wrap a progress callback so that the fraction is clamped to [0, 1]."""
+    if callback is None:
+        return lambda fraction, message: None
+    inner = callback
+
+    def progress(fraction: float, message: str) -> None:
+        inner(min(1.0, max(0.0, float(fraction))), str(message))
+
+    return progress
+
+
+@contextlib.contextmanager
+def _seeded_torch(seed: int) -> Iterator[None]:
+    """Seed torch's global CPU RNG for the block and restore it afterwards."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _call_experiment(
+    experiment: Experiment, config: ExperimentConfig, ctx: RunContext
+) -> tuple[Outcome | None, str | None, float]:
+    """Run the experiment; return ``(outcome, traceback, seconds)``."""
+    start = time.perf_counter()
+    try:
+        with _seeded_torch(config.seed):
+            outcome = experiment.run(config, ctx)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(
+                f"run function of {experiment.name!r}: expected an Outcome, "
+                f"received {type(outcome).__name__}"
+            )
+    except Exception:
+        logger.info("experiment %s raised", experiment.name, exc_info=True)
+        return None, traceback.format_exc(), time.perf_counter() - start
+    return outcome, None, time.perf_counter() - start
+
+
+def _close_figure(figure: Any) -> None:
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(figure)
+
+
+def _save_figures(outcome: Outcome, folder: Path) -> tuple[str, ...]:
+    """Save every figure as ``name.png`` (dpi 120), close it, and return the file names."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = []
+    try:
+        for name, figure in outcome.figures.items():
+            if not isinstance(figure, Figure):
+                raise TypeError(
+                    f"Outcome figures[{name!r}]: expected a matplotlib Figure, "
+                    f"received {type(figure).__name__}"
+                )
+            FigureCanvasAgg(figure)
+            figure.savefig(folder / f"{name}.png", dpi=FIGURE_DPI, format="png")
+            names.append(f"{name}.png")
+    finally:
+        for figure in outcome.figures.values():
+            _close_figure(figure)
+    return tuple(names)
+
+
+def _save_arrays(outcome: Outcome, folder: Path) -> str | None:
+    """Save the arrays in ``arrays.npz``; return its name, or None when there are none."""
+    if not outcome.arrays:
+        return None
+    import numpy as np
+
+    converted: dict[str, np.ndarray[Any, Any]] = {}
+    for name, array in outcome.arrays.items():
+        detach = getattr(array, "detach", None)
+        value = detach().cpu().numpy() if callable(detach) else array
+        converted[name] = np.asarray(value)
+    np.savez_compressed(folder / ARRAYS_FILE, **converted)  # type: ignore[arg-type]
+    return ARRAYS_FILE
+
+
+def _remove_children(folder: Path, keep: set[Path]) -> None:
+    for child in folder.iterdir():
+        if child not in keep:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _materialize(
+    outcome: Outcome | None, error: str | None, folder: Path
+) -> tuple[tuple[str, ...], str | None, str | None]:
+    """Save figures and arrays; return ``(figures, arrays_file, error)``.
+
+    A failure here is the experiment's (a figure that cannot be drawn, an array that cannot
+    be converted): it becomes an ERROR, and what was saved of the outcome is removed.
+    """
+    if outcome is None:
+        return (), None, error
+    before = set(folder.iterdir())
+    try:
+        return _save_figures(outcome, folder), _save_arrays(outcome, folder), None
+    except Exception:
+        logger.info("saving the outcome failed", exc_info=True)
+        _remove_children(folder, before)
+        return (), None, traceback.format_exc()
+
+
+def _install(temp_dir: Path, run_dir: Path) -> None:
+    """Rename ``temp_dir`` to ``run_dir``, replacing an existing run folder."""
+    if not run_dir.exists():
+        try:
+            os.replace(temp_dir, run_dir)
+            return
+        except OSError:
+            if not run_dir.exists():
+                raise
+    old = run_dir.with_name(f".{run_dir.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(run_dir, old)
+    try:
+        os.replace(temp_dir, run_dir)
+    except OSError:
+        os.replace(old, run_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "error"
+
+
+def _notes(outcome: Outcome | None) -> tuple[str, ...]:
+    """The outcome's notes, plus one per metric that is not a finite number."""
+    if outcome is None:
+        return ()
+    flagged = tuple(
+        f"metric {m.name!r} is not finite ({m.value})" for m in outcome.metrics if not m.finite
+    )
+    for note in flagged:
+        logger.warning("%s", note)
+    return outcome.notes + flagged
+
+
+def _build_result(
+    experiment: Experiment,
+    scale: str,
+    config: ExperimentConfig,
+    digest: str,
+    run_dir: Path,
+    started_at: str,
+    seconds: float,
+    outcome: Outcome | None,
+    outputs: tuple[tuple[str, ...], str | None, str | None],
+) -> RunResult:
+    figures, arrays, error = outputs
+    ok = outcome is not None and error is None
+    if ok and outcome is not None:
+        verdict: Any = "PASS" if outcome.passed else "FAIL"
+        summary = outcome.summary
+    else:
+        verdict = "ERROR"
+        summary = f"error: {_last_line(error or '')}"
+    return RunResult(
+        experiment=experiment.name,
+        claim_id=experiment.claim_id,
+        claim=experiment.claim,
+        scale=scale,
+        config=config.model_dump(mode="json"),
+        metrics=outcome.metrics if ok and outcome is not None else (),
+        criterion=experiment.criterion,
+        verdict=verdict,
+        summary=summary,
+        notes=_notes(outcome),
+        versions=collect_versions(),
+        seed=config.seed,
+        wall_time_s=round(seconds, 6),
+        started_at=started_at,
+        figures=figures,
+        run_dir=run_dir,
+        reused=False,
+        error=error,
+        arrays=arrays,
+        config_hash=digest,
+    )
+
+
+def run_experiment(
+    name_or_experiment: str | Experiment,
+    scale: str = "quick",
+    overrides: Mapping[str, str] = MappingProxyType({}),
+    out_root: Path | str = Path("ntklab-runs"),
+    force: bool = False,
+    progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Run an experiment (or reuse its earlier run) and write its run folder.
+
+    Parameters
+    ----------
+    name_or_experiment : str or Experiment
+        A registered name or an :class:`~ntklab.experiments.Experiment`.
+    scale : str
+        ``"tiny"``, ``"quick"`` or ``"paper"`` (any scale the experiment defines).
+    overrides : mapping of str to str
+        ``--set key=value`` overrides (see :func:`~ntklab.experiments.resolve_config`).
+    out_root : Path
+        Root of the run folders (the CLI's ``--out``).
+    force : bool
+        Rerun even when a finished run with the same config exists.
+    progress : callable, optional
+        ``progress(fraction, message)``, called by the experiment and at start and end.
+
+    Returns
+    -------
+    RunResult
+        The result; ``verdict`` is ``"ERROR"`` (with the traceback in ``error``) when the
+        experiment raised. ``reused`` tells whether it was found on disk.
+
+    Raises
+    ------
+    NtklabValueError
+        Before anything runs: unknown experiment or scale, bad override, or an ``out_root``
+        that cannot be written.
+    OSError
+        When writing the finished run fails; no run folder is left behind.
+    """
+    experiment = (
+        name_or_experiment
+        if isinstance(name_or_experiment, Experiment)
+        else get_experiment(name_or_experiment)
+    )
+    config = resolve_config(experiment, scale, overrides)
+    digest = config_hash(experiment, scale, config)
+    out_root = Path(out_root)
+    run_dir = run_dir_for(out_root, experiment, scale, digest)
+    report = _checked_progress(progress)
+
+    if not force:
+        previous = _load_reusable(run_dir, config)
+        if previous is not None:
+            logger.info("reusing %s", run_dir)
+            report(1.0, "reused")
+            return previous
+
+    temp_dir = _make_temp_dir(out_root, run_dir)
+    try:
+        ctx = RunContext(
+            out_dir=temp_dir,
+            progress=report,
+            experiment=experiment.name,
+            scale=scale,
+            seed=config.seed,
+            logger=logger.getChild(experiment.name),
+        )
+        started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        logger.info("running %s at scale %s into %s", experiment.name, scale, run_dir)
+        report(0.0, "starting")
+        outcome, error, seconds = _call_experiment(experiment, config, ctx)
+        outputs = _materialize(outcome, error, temp_dir)
+        result = _build_result(
+            experiment, scale, config, digest, run_dir, started_at, seconds, outcome, outputs
+        )
+        result.write_json(temp_dir / RESULT_FILE)
+        _install(temp_dir, run_dir)
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    logger.info("%s: %s (%.2f s)", experiment.name, result.verdict, seconds)
+    report(1.0, result.verdict)
+    return result

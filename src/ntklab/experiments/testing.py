@@ -1,0 +1,144 @@
+"""Helpers for tests of experiments and of the code that runs them.
+
+- :func:`registered` registers experiments for the duration of a ``with`` block and restores
+  the registry afterwards (a test fixture's body);
+- :func:`run_tiny` runs an experiment end to end at its ``tiny`` scale and fails with the
+  experiment's traceback when it raised, which is what every experiment's test does;
+- :func:`fake_experiment` builds a small experiment (a config, one metric, one figure, one
+  array) whose verdict and failure the caller chooses, for testing the runner, the report
+  and the command line without any real computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from . import registry as _registry
+from .base import Experiment, ExperimentConfig, Metric, Outcome, RunContext
+from .result import RunResult
+from .runner import run_experiment
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["FakeConfig", "fake_experiment", "registered", "run_tiny"]
+
+
+@contextmanager
+def registered(*experiments: Experiment) -> Iterator[tuple[Experiment, ...]]:
+    """Register ``experiments`` inside the block; restore the registry on exit.
+
+    Examples
+    --------
+    >>> with registered(fake_experiment("fake-doc")):
+    ...     from ntklab.experiments import get_experiment
+    ...     get_experiment("fake-doc").claim_id
+    'Z1'
+    """
+    table = _registry._REGISTRY
+    saved = dict(table)
+    try:
+        for experiment in experiments:
+            _registry.register(experiment, replace=True)
+        yield experiments
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+def run_tiny(experiment: Experiment | str, out_root: Path, **overrides: str) -> RunResult:
+    """Run ``experiment`` at scale ``tiny`` into ``out_root``; fail loudly on ERROR.
+
+    Raises
+    ------
+    AssertionError
+        When the run ended in ERROR (the message holds the traceback), when a figure it
+        lists is missing, or when its ``result.json`` does not read back to the same result.
+    """
+    result = run_experiment(experiment, "tiny", overrides, out_root=out_root, force=True)
+    if result.verdict == "ERROR":
+        raise AssertionError(f"{result.experiment} raised:\n{result.error}")
+    for path in result.figure_paths:
+        if not path.is_file():
+            raise AssertionError(f"{result.experiment}: figure {path} was not written")
+    if RunResult.from_json(result.run_dir / "result.json") != result:
+        raise AssertionError(f"{result.experiment}: result.json does not read back")
+    return result
+
+
+class FakeConfig(ExperimentConfig):
+    """Config of :func:`fake_experiment`: fields of the types ``--set`` must parse."""
+
+    n: int = 8
+    scale_factor: float = 1.0
+    widths: tuple[int, ...] = (4, 8)
+    use_bias: bool = True
+    activation: Literal["relu", "erf"] = "relu"
+    label: str = "fake"
+
+
+def fake_experiment(
+    name: str = "fake-pass",
+    claim_id: str = "Z1",
+    *,
+    passed: bool = True,
+    error: BaseException | None = None,
+    figure: bool = True,
+) -> Experiment:
+    """A small experiment for tests: its metric is ``n * scale_factor``, predicted ``"n"``.
+
+    Parameters
+    ----------
+    name, claim_id : str
+        Its name and claim id.
+    passed : bool
+        The verdict it returns (PASS or FAIL).
+    error : exception, optional
+        Raised by the run function instead of returning (verdict ERROR).
+    figure : bool
+        Whether the outcome has a figure (``line.png``).
+    """
+
+    def run(config: FakeConfig, ctx: RunContext) -> Outcome:
+        ctx.progress(0.5, "halfway")
+        if error is not None:
+            raise error
+        import torch
+
+        value = config.n * config.scale_factor
+        noise = torch.randn(config.n, generator=ctx.generator("data"), dtype=torch.float64)
+        figures: dict[str, Figure] = {}
+        if figure:
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(3, 2))
+            ax = fig.add_subplot()
+            ax.plot(range(config.n), noise.tolist())
+            ax.set_title(f"{name} <&> data")
+            figures["line"] = fig
+        metric = Metric(
+            "value", value, ci_low=value - 1, ci_high=value + 1, predicted=str(config.n)
+        )
+        verdict = "matches" if passed else "misses"
+        return Outcome(
+            metrics=(metric, Metric("spread", math.sqrt(2.0), unit="sd", note="a | b")),
+            passed=passed,
+            summary=f"value {value:g} {verdict} prediction {config.n}",
+            figures=figures,
+            arrays={"noise": noise, "widths": torch.tensor(config.widths)},
+            notes=("a fake experiment",),
+        )
+
+    return Experiment(
+        name=name,
+        claim_id=claim_id,
+        claim=f"The fake claim of {name} holds. It has <html> & | pipes.",
+        criterion="value equals n",
+        config_type=FakeConfig,
+        scales={"tiny": {"n": 4}, "quick": {}, "paper": {"n": 64, "widths": (64, 128)}},
+        run=run,
+    )

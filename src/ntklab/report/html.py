@@ -1,0 +1,179 @@
+"""The HTML report: one self-contained file (inline CSS, figures as base64 data URIs).
+
+Every piece of text from a result is escaped; the page loads nothing from anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+
+from ntklab.experiments.result import RunResult
+
+from ._format import (
+    count_verdicts,
+    figure_anchor,
+    format_ci,
+    format_value,
+    merged_versions,
+    order_results,
+    section_anchor,
+)
+
+__all__ = ["png_data_uri", "render_html"]
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 72rem; padding: 0 1rem; color: #1d1d1f; line-height: 1.45; }
+h1 { margin-bottom: .2rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .8rem 0; width: 100%; font-size: .92rem; }
+th, td { border: 1px solid #d0d0d0; padding: .3rem .5rem; text-align: left;
+         vertical-align: top; }
+th { background: #f4f4f6; } td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
+.meta { color: #555; font-size: .9rem; }
+.verdict { font-weight: 700; padding: .05rem .4rem; border-radius: .25rem; color: #fff; }
+.PASS { background: #1a7f37; } .FAIL { background: #c62828; } .ERROR { background: #8a4b00; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: .85rem; }
+pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .82rem; }
+.missing { color: #c62828; }
+"""
+
+
+def png_data_uri(path: Path) -> str | None:
+    """``data:image/png;base64,...`` of the PNG at ``path``, or None if it cannot be read."""
+    try:
+        payload = Path(path).read_bytes()
+    except OSError:
+        return None
+    return "data:image/png;base64," + base64.b64encode(payload).decode("ascii")
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _verdict(verdict: str) -> str:
+    return f'<span class="verdict {_e(verdict)}">{_e(verdict)}</span>'
+
+
+def _figure_links(result: RunResult) -> str:
+    links = [f'<a href="#{_e(figure_anchor(result, f))}">{_e(f)}</a>' for f in result.figures]
+    return ", ".join(links) if links else "—"
+
+
+def _summary_table(results: Sequence[RunResult]) -> str:
+    rows = []
+    for r in results:
+        rows.append(
+            "<tr>"
+            f"<td>{_e(r.claim_id)}</td>"
+            f'<td><a href="#{_e(section_anchor(r))}">{_e(r.experiment)}</a> ({_e(r.scale)})</td>'
+            f"<td>{_e(r.criterion)}</td>"
+            f"<td>{_e(r.summary)}</td>"
+            f"<td>{_verdict(r.verdict)}</td>"
+            f"<td>{_figure_links(r)}</td>"
+            "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("Claim", "Experiment", "Prediction", "Measured", "Verdict", "Figure")
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _metrics_table(result: RunResult) -> str:
+    rows = [
+        "<tr>"
+        f"<td>{_e(m.name)}</td>"
+        f'<td class="num">{_e(format_value(m.value))}</td>'
+        f'<td class="num">{_e(format_ci(m.ci_low, m.ci_high))}</td>'
+        f"<td>{_e(m.predicted or '—')}</td>"
+        f"<td>{_e(m.unit)}</td>"
+        f"<td>{_e(m.note)}</td>"
+        "</tr>"
+        for m in result.metrics
+    ]
+    head = "".join(f"<th>{h}</th>" for h in ("Metric", "Value", "CI", "Predicted", "Unit", "Note"))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _figure(result: RunResult, figure: str) -> str:
+    anchor = _e(figure_anchor(result, figure))
+    uri = png_data_uri(result.run_dir / figure)
+    if uri is None:
+        body = f'<p class="missing">figure {_e(figure)} is missing from the run folder</p>'
+    else:
+        body = f'<img src="{uri}" alt="{_e(result.experiment)}: {_e(figure)}">'
+    return f'<figure id="{anchor}">{body}<figcaption>{_e(figure)}</figcaption></figure>'
+
+
+def _section(result: RunResult) -> str:
+    reused = " (reused)" if result.reused else ""
+    parts = [
+        f'<section id="{_e(section_anchor(result))}">',
+        f"<h2>{_e(result.claim_id)} <code>{_e(result.experiment)}</code> "
+        f"{_verdict(result.verdict)}</h2>",
+        f"<p><strong>Claim.</strong> {_e(result.claim)}</p>",
+        f"<p><strong>Criterion.</strong> {_e(result.criterion)}</p>",
+        f"<p><strong>Measured.</strong> {_e(result.summary)}</p>",
+        f'<p class="meta">Scale <code>{_e(result.scale)}</code>, seed {_e(result.seed)}, '
+        f"{result.wall_time_s:.1f} s, started {_e(result.started_at)}{reused}; "
+        f"run folder <code>{_e(result.run_dir)}</code>.</p>",
+    ]
+    if result.metrics:
+        parts.append(_metrics_table(result))
+    if result.notes:
+        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
+    parts += [_figure(result, f) for f in result.figures]
+    if result.error:
+        parts.append(
+            f"<details open><summary>Traceback</summary><pre>{_e(result.error)}</pre></details>"
+        )
+    config = json.dumps(result.config, indent=2, sort_keys=True)
+    parts.append(f"<details><summary>Config</summary><pre>{_e(config)}</pre></details>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_html(results: Sequence[RunResult], generated_at: dt.datetime | None = None) -> str:
+    """The self-contained HTML report of ``results``.
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+        The runs to report (ordered by claim id in the report).
+    generated_at : datetime, optional
+        Time printed in the header (now, in UTC, by default).
+
+    Returns
+    -------
+    str
+        The page, with its figures embedded as ``data:image/png;base64,`` URIs.
+    """
+    when = generated_at or dt.datetime.now(dt.UTC)
+    ordered = order_results(results)
+    counts = count_verdicts(ordered)
+    versions = " · ".join(f"{_e(k)} {_e(v)}" for k, v in merged_versions(ordered).items())
+    tally = ", ".join(f"{n} {_verdict(v)}" for v, n in counts.items())
+    body = "\n".join(
+        [
+            "<h1>ntklab report</h1>",
+            f'<p class="meta">Generated {_e(when.isoformat(timespec="seconds"))}. '
+            f"{tally} of {len(ordered)} runs.</p>",
+            f'<p class="meta">{versions}</p>',
+            "<h2>Claims</h2>",
+            _summary_table(ordered),
+            *(_section(r) for r in ordered),
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>ntklab report</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<body>\n{body}\n</body>\n</html>\n"
+    )

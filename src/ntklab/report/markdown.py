@@ -1,0 +1,159 @@
+"""The Markdown report: a claims table, then one section per run with its metrics and figures.
+
+Figures are linked by their path relative to the report's folder, so the report renders
+next to the run folders it describes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ntklab.experiments.result import RunResult
+
+from ._format import (
+    count_verdicts,
+    format_ci,
+    format_value,
+    merged_versions,
+    order_results,
+)
+
+__all__ = ["render_markdown"]
+
+
+def text(value: object) -> str:
+    """Text on one line, with ``<`` escaped so that it is never read as HTML."""
+    return " ".join(str(value).split()).replace("<", "\\<")
+
+
+def cell(value: object) -> str:
+    """Text made safe for one Markdown table cell (no pipes, no line breaks, no HTML)."""
+    return text(value).replace("|", "\\|")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _relative(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+def _figure_links(result: RunResult, out_dir: Path) -> str:
+    links = [f"[{f}]({_relative(result.run_dir / f, out_dir)})" for f in result.figures]
+    return ", ".join(links) if links else "—"
+
+
+def _summary_rows(results: Sequence[RunResult], out_dir: Path) -> list[list[str]]:
+    return [
+        [
+            r.claim_id,
+            f"{r.experiment} ({r.scale})",
+            r.criterion,
+            r.summary,
+            f"**{r.verdict}**",
+            _figure_links(r, out_dir),
+        ]
+        for r in results
+    ]
+
+
+def _section(result: RunResult, out_dir: Path) -> list[str]:
+    lines = [
+        f"## {result.claim_id} `{result.experiment}`: {result.verdict}",
+        "",
+        f"**Claim.** {text(result.claim)}",
+        "",
+        f"**Criterion.** {text(result.criterion)}",
+        "",
+        f"**Measured.** {text(result.summary)}",
+        "",
+        (
+            f"Scale `{result.scale}`, seed {result.seed}, {result.wall_time_s:.1f} s, "
+            f"started {result.started_at}{' (reused)' if result.reused else ''}; "
+            f"run folder `{_relative(result.run_dir, out_dir)}`."
+        ),
+        "",
+    ]
+    if result.metrics:
+        rows = [
+            [
+                m.name,
+                format_value(m.value),
+                format_ci(m.ci_low, m.ci_high),
+                m.predicted or "—",
+                m.unit,
+                m.note,
+            ]
+            for m in result.metrics
+        ]
+        lines += _table(["Metric", "Value", "CI", "Predicted", "Unit", "Note"], rows)
+        lines.append("")
+    if result.notes:
+        lines += [f"- {text(note)}" for note in result.notes]
+        lines.append("")
+    for figure in result.figures:
+        lines += [f"![{figure}]({_relative(result.run_dir / figure, out_dir)})", ""]
+    if result.error:
+        lines += ["<details><summary>Traceback</summary>", "", "````text"]
+        lines += [result.error.rstrip(), "````", "", "</details>", ""]
+    lines += [
+        "<details><summary>Config</summary>",
+        "",
+        "```json",
+        json.dumps(result.config, indent=2, sort_keys=True),
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
+    return lines
+
+
+def render_markdown(
+    results: Sequence[RunResult], out_dir: Path, generated_at: dt.datetime | None = None
+) -> str:
+    """The Markdown report of ``results``, with links relative to ``out_dir``.
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+        The runs to report (ordered by claim id in the report).
+    out_dir : Path
+        Folder the report is written to; figure links are relative to it.
+    generated_at : datetime, optional
+        Time printed in the header (now, in UTC, by default).
+
+    Returns
+    -------
+    str
+        The report's text.
+    """
+    when = generated_at or dt.datetime.now(dt.UTC)
+    ordered = order_results(results)
+    counts = count_verdicts(ordered)
+    versions = merged_versions(ordered)
+    lines = [
+        "# ntklab report",
+        "",
+        f"Generated {when.isoformat(timespec='seconds')}. "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + f" of {len(ordered)} runs.",
+        "",
+        " · ".join(f"{k} {v}" for k, v in versions.items()),
+        "",
+        "## Claims",
+        "",
+    ]
+    header = ["Claim", "Experiment", "Prediction", "Measured", "Verdict", "Figure"]
+    lines += _table(header, _summary_rows(ordered, Path(out_dir)))
+    lines.append("")
+    for result in ordered:
+        lines += _section(result, Path(out_dir))
+    return "\n".join(lines).rstrip() + "\n"
