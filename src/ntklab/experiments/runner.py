@@ -60,7 +60,9 @@ def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
         raise _out_error(out_root, "it is a file, not a directory")
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+        temp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+        temp.chmod(0o755)  # mkdtemp creates 0700; run folders are meant to be shared
+        return temp
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise _out_error(out_root, f"cannot write {str(run_dir.parent)!r} ({reason})") from exc

@@ -26,6 +26,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(temp, 0o644)  # mkstemp creates 0600; a report is meant to be shared
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

@@ -1,0 +1,32 @@
+"""The README's example runs as written, and its CI marker points at a test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_example_runs() -> None:
+    text = README.read_text()
+    block = re.search(r"## Ten lines\n\n```python\n(.*?)```", text, re.S)
+    assert block is not None
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    k = namespace["k"]
+    assert k.ntk.shape == (100, 20)  # type: ignore[attr-defined]
+    mu = namespace["mu"]
+    assert isinstance(mu, torch.Tensor) and mu.shape == (513,)
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    text = README.read_text()
+    setup = text.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    assert len(commands) == 2
+    assert "ntklab reproduce" in commands[0]
+    assert "pytest" in commands[1]
+    assert "<!-- ci:test -->" in setup
