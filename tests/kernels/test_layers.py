@@ -101,7 +101,9 @@ def test_kernel_of_x1_alone_is_symmetric_and_matches_explicit_pair() -> None:
     arch = nl.serial(nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.0))
     k_self, k_pair = arch.kernel(x), arch.kernel(x, x.clone())
     torch.testing.assert_close(k_self.nngp, k_self.nngp.T)
-    torch.testing.assert_close(k_self.ntk, k_pair.ntk, rtol=1e-10, atol=1e-12)
+    # identical pairs computed off the diagonal pass have correlation 1 only up to rounding,
+    # which moves the angle by up to sqrt(2 eps): the NTK there agrees to ~1e-8, not 1e-16
+    torch.testing.assert_close(k_self.ntk, k_pair.ntk, rtol=1e-7, atol=1e-9)
     torch.testing.assert_close(k_self.var1, torch.diagonal(k_self.nngp))
     assert torch.linalg.eigvalsh(k_self.ntk).min() > 0
 

@@ -270,16 +270,32 @@ class Architecture:
         d = a.shape[1]
         var1 = a.square().mean(dim=1)  # shape: (n1,)
         var2 = var1 if b is None else b.square().mean(dim=1)  # shape: (n2,)
-        gram = a @ (a if b is None else b).T  # shape: (n1, n2)
-        cov = gram.div_(d) if inplace else gram / d
+        from . import _fused
+
+        fusable = inplace and _fused.supports(a)
+        scale = d**-0.5  # fold the 1/d of the input kernel into the (n, d) inputs
+        a_scaled = a * scale
+        b_scaled = a_scaled if b is None else b * scale
+        n1, n2 = a.shape[0], b_scaled.shape[0]
+        out = _fused.empty_matrix(n1, n2, a) if fusable else None
+        cov = torch.matmul(a_scaled, b_scaled.T, out=out)  # shape: (n1, n2)
         state = KernelState(cov, None, var1[:, None], var2[None, :], d, False)
         diag1 = KernelState(var1, None, var1, var1, d, False)
         diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d, False)
-        for layer in self.layers:
-            state = layer.propagate(state, inplace=inplace)
-            diag1 = _next_diagonal(layer, diag1)
-            diag2 = diag1 if b is None else _next_diagonal(layer, diag2)
-            state = dataclasses.replace(state, var1=diag1.cov[:, None], var2=diag2.cov[None, :])
+        # --- fused dispatch: runs of [Relu, Dense(ntk)] go through one C pass (see _fused) ---
+        segments = _fused.split_runs(self.layers) if fusable else [(self.layers, False)]
+        for layers, fused in segments:
+            if fused:
+                done = _fused.propagate_run(layers, state, diag1, None if b is None else diag2)
+                if done is not None:
+                    state, diag1, diag2 = done
+                    continue
+            for layer in layers:
+                state = layer.propagate(state, inplace=inplace)
+                diag1 = _next_diagonal(layer, diag1)
+                diag2 = diag1 if b is None else _next_diagonal(layer, diag2)
+                state = dataclasses.replace(state, var1=diag1.cov[:, None], var2=diag2.cov[None, :])
+        # --- end of fused dispatch ---
         nngp = state.cov
         ntk = state.ntk if state.ntk is not None else torch.zeros_like(nngp)
         if b is None:

@@ -1,0 +1,681 @@
+"""A fused CPU kernel for chains of ``[Relu, Dense]`` layers.
+
+The eager recursion of :meth:`Architecture.kernel` makes about ten passes over the
+``(n1, n2)`` matrices per layer. For runs of pairs ``[Relu(), Dense]`` (NTK
+parameterization, plain-number scales; optionally after one such ``Dense``), this module runs
+the whole chain per matrix entry in registers instead: one read and one write of the NNGP and
+NTK matrices in total. For entry :math:`(i, j)` and each pair of the run, with the variances
+:math:`v_1, v_2` entering its ReLU,
+
+.. math::
+
+    s = \\sqrt{v_1 v_2}, \\quad c = \\mathrm{clamp}(K / s, -1, 1), \\quad
+    J_0 = \\pi - \\arccos c, \\quad J_1 = \\sqrt{1 - c^2} + J_0 c,
+
+    K \\leftarrow \\sigma_w^2 \\frac{s J_1}{2\\pi} + \\sigma_b^2, \\qquad
+    \\Theta \\leftarrow K + \\sigma_w^2 \\Theta \\frac{J_0}{2\\pi}
+
+(arc-cosine kernels, Cho & Saul 2009; NTK recursion of arXiv:1806.07572). The diagonal
+recursion (the variances) stays in torch and runs first.
+
+One deliberate difference from the eager path: a correlation within 8 ulp of :math:`\\pm 1`
+is taken as :math:`\\pm 1`. Rounding cannot tell such values apart, and near
+:math:`c = 1` it moves the angle by :math:`\\sqrt{2 (1 - c)}` (about 2e-8 in float64 and
+5e-4 in float32), so that ``K(x)`` and ``K(x, x)`` would otherwise differ there.
+
+The kernel is C, compiled at first use with the system compiler (``$CC``, default ``cc``)
+into ``$NTKLAB_CACHE`` (default ``~/.cache/ntklab``) and loaded with :mod:`ctypes`: no torch
+headers and no build step at install. ``arccos`` and :math:`\\sqrt{1 - c^2}` come from one
+branch-free polynomial routine (a few ulp in both precisions) so that gcc vectorizes the inner
+loop; OpenMP splits the rows over ``torch.get_num_threads()`` threads. When ``x2`` is
+``None`` only the upper triangle is computed and mirrored. Set ``NTKLAB_DISABLE_FUSED=1`` to
+use the eager path; without a working compiler the eager path is used silently (the reason
+is logged at DEBUG level on the ``"ntklab"`` logger).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..errors import NtklabValueError, NumericalWarning
+from .activations import Relu
+from .layers import Dense, Layer, _next_diagonal
+
+if TYPE_CHECKING:
+    from .kernel import KernelState
+
+__all__ = ["available", "fused_relu_dense_chain", "propagate_run", "split_runs", "supports"]
+
+logger = logging.getLogger("ntklab")
+
+_DISABLE_ENV = "NTKLAB_DISABLE_FUSED"
+_CACHE_ENV = "NTKLAB_CACHE"
+_SUFFIX = {torch.float32: "f", torch.float64: "d"}
+
+# --------------------------------------------------------------------------------------------
+# C source
+
+_HEAD = r"""
+#define _DEFAULT_SOURCE /* madvise */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#define TILE 128 /* square tiles: a tile row (TILE entries) stays in L1 through all layers */
+#define SNAP_ULPS 8 /* correlations within SNAP_ULPS ulp of +-1 are taken as +-1 */
+
+/* acos(x) and sqrt(1 - x^2), branch-free (both halves are computed and selected, so that the
+   loops vectorize), with a single square root:
+     |x| <= 1/2:  z = x^2,          acos x = pi/2 - sgn(x) asin|x|,   sqrt(1 - x^2) = Q(z)
+     |x| >  1/2:  z = (1 - |x|)/2,  acos|x| = 2 asin(sqrt z),         sqrt(1 - x^2) = 2 sqrt(z) Q(z)
+   with asin(s) = s + s z G(z) for s = sqrt(z) in [0, 1/2], and Q(z) = sqrt(1 - z) on [0, 1/4].
+   G and Q are Chebyshev interpolants; relative error 4e-7 and 2e-8 (float), 1e-15 and 4e-17
+   (double); the results are within 3 ulp of the correctly rounded values. */
+static inline void acos_sin_f(float x, float *acos_x, float *sin_x)
+{
+    const float ax = x < 0 ? -x : x;
+    const int big = ax > 0.5f;
+    const float z = big ? 0.5f * (1.0f - ax) : x * x;
+    const float s = big ? sqrtf(z) : ax;
+    const float g = 0.16666673123836517f + z * (0.07498855143785477f + z * (0.045001380145549774f
+                    + z * (0.026554541662335396f + z * 0.03808502480387688f)));
+    const float q = 1.0f + z * (-0.5000013709068298f + z * (-0.12493826448917389f
+                    + z * (-0.06352239847183228f + z * (-0.03161308914422989f
+                    + z * -0.05078177526593208f))));
+    const float a = s + s * (z * g); /* asin(s) */
+    const float small_r = x < 0 ? 1.57079632679489661923f + a : 1.57079632679489661923f - a;
+    const float big_r = x < 0 ? 3.14159265358979323846f - 2.0f * a : 2.0f * a;
+    *acos_x = big ? big_r : small_r;
+    *sin_x = big ? 2.0f * s * q : q;
+}
+
+static inline void acos_sin_d(double x, double *acos_x, double *sin_x)
+{
+    const double ax = x < 0 ? -x : x;
+    const int big = ax > 0.5;
+    const double z = big ? 0.5 * (1.0 - ax) : x * x;
+    const double s = big ? sqrt(z) : ax;
+    const double g = 0.1666666666666665 + z * (0.07500000000020764 + z * (0.044642857103423646
+                     + z * (0.03038194736709848 + z * (0.02237204763174451
+                     + z * (0.017355259955786323 + z * (0.013929652902326633
+                     + z * (0.011875494382636922 + z * (0.0078029494773533175
+                     + z * (0.01603551434914882 + z * (-0.010749050339697808
+                     + z * 0.028169218060881414))))))))));
+    const double q = 1.0 + z * (-0.4999999999999815 + z * (-0.1250000000041244
+                     + z * (-0.06249999963931342 + z * (-0.0390625163329017
+                     + z * (-0.02734331164089207 + z * (-0.020515325325567758
+                     + z * (-0.016027596302914372 + z * (-0.01375441009387522
+                     + z * (-0.007446828865423663 + z * (-0.021194963521473254
+                     + z * (0.017190548009281534 + z * -0.034308838583332474)))))))))));
+    const double a = s + s * (z * g); /* asin(s) */
+    const double small_r = x < 0 ? 1.57079632679489661923 + a : 1.57079632679489661923 - a;
+    const double big_r = x < 0 ? 3.14159265358979323846 - 2.0 * a : 2.0 * a;
+    *acos_x = big ? big_r : small_r;
+    *sin_x = big ? 2.0 * s * q : q;
+}
+
+/* Ask for transparent huge pages on a fresh, untouched output buffer: its first touch then
+   costs 2 MB page faults instead of 4 kB ones (about 10 ms less per 64 MB). Advisory. */
+void ntklab_advise_hugepages(void *p, int64_t nbytes)
+{
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)1 << 21;
+    const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    const uintptr_t e = ((uintptr_t)p + (uintptr_t)nbytes) & ~(huge - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)nbytes;
+#endif
+}
+"""
+
+# Compiled once per precision, after #defines of REAL, UINT, EXP_MASK and SFX(name).
+_GENERIC = r"""
+/* for the tests: y = acos(x), sn = sqrt(1 - x^2) */
+void SFX(ntklab_acos_sin)(const REAL *x, REAL *y, REAL *sn, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        SFX(acos_sin)(x[i], &y[i], &sn[i]);
+}
+
+/* One row segment k[0..m), t[0..m) of row i through [Dense] + L pairs [Relu, Dense].
+   has_t = 0: t is not read (the NTK is zero so far). lead = 1: a leading Dense, whose scales
+   are w2[0], b2[0], precedes the pairs. sa, ra (L x n1) and sb, rb (L x n2, offset to the
+   segment's first column) hold sqrt(v) and 1/sqrt(v) of the variances entering each Relu.
+   Returns the largest |k / s| seen; sets *bad when an incoming entry is NaN or inf (tested on
+   the bits: -ffast-math assumes finite values). */
+static REAL SFX(segment)(REAL *restrict k, REAL *restrict t, int has_t, int64_t m, int lead,
+                         int L, const REAL *restrict sa, const REAL *restrict ra, int64_t n1,
+                         int64_t i, const REAL *restrict sb, const REAL *restrict rb, int64_t n2,
+                         const REAL *restrict w2, const REAL *restrict b2, int *bad)
+{
+    int nonfinite = 0;
+#pragma omp simd reduction(| : nonfinite)
+    for (int64_t j = 0; j < m; j++) {
+        UINT bits;
+        memcpy(&bits, &k[j], sizeof bits);
+        nonfinite |= (bits & EXP_MASK) == EXP_MASK;
+    }
+    if (has_t) {
+#pragma omp simd reduction(| : nonfinite)
+        for (int64_t j = 0; j < m; j++) {
+            UINT bits;
+            memcpy(&bits, &t[j], sizeof bits);
+            nonfinite |= (bits & EXP_MASK) == EXP_MASK;
+        }
+    } else {
+        memset(t, 0, (size_t)m * sizeof(REAL));
+    }
+    if (nonfinite) {
+        *bad = 1;
+        return 0;
+    }
+    if (lead) {
+        const REAL w = w2[0], b = b2[0];
+#pragma omp simd
+        for (int64_t j = 0; j < m; j++) {
+            const REAL kn = w * k[j] + b;
+            k[j] = kn;
+            t[j] = kn + w * t[j];
+        }
+    }
+    REAL cmax = 0;
+    for (int l = 0; l < L; l++) {
+        const REAL si = sa[l * n1 + i] * (REAL)0.15915494309189533577; /* sqrt(v1) / (2 pi) */
+        const REAL ri = ra[l * n1 + i], w = w2[lead + l], b = b2[lead + l];
+        const REAL *restrict sbl = sb + l * n2;
+        const REAL *restrict rbl = rb + l * n2;
+#pragma omp simd reduction(max : cmax)
+        for (int64_t j = 0; j < m; j++) {
+            REAL c = k[j] * (ri * rbl[j]); /* cos(theta) */
+            const REAL ac = c < 0 ? -c : c;
+            cmax = ac > cmax ? ac : cmax;
+            c = c > 1 - SNAP ? 1 : c; /* clamp, and snap what rounding cannot tell from 1 */
+            c = c < SNAP - 1 ? -1 : c;
+            REAL j0, sn;
+            SFX(acos_sin)(-c, &j0, &sn);  /* pi - theta, sin(theta) */
+            const REAL j1 = sn + j0 * c;  /* sin(theta) + (pi - theta) cos(theta) */
+            const REAL kn = w * ((j1 * si) * sbl[j]) + b;
+            k[j] = kn;
+            t[j] = kn + w * (t[j] * (j0 * (REAL)0.15915494309189533577));
+        }
+    }
+    return cmax;
+}
+
+/* The chain over the whole (n1, n2) matrices k (NNGP) and t (NTK), row-major, in place (t
+   is only written when has_t = 0). symmetric: k and t are symmetric and sa == sb; only the
+   upper triangle is computed, then mirrored. Returns 1 if an input entry was not finite;
+   *cmax_out = max |k / s|. */
+int SFX(ntklab_relu_dense_chain)(REAL *k, REAL *t, int has_t, int64_t n1, int64_t n2, int lead,
+                                 int L, const REAL *sa, const REAL *ra, const REAL *sb,
+                                 const REAL *rb, const REAL *w2, const REAL *b2, int symmetric,
+                                 int nthreads, REAL *cmax_out)
+{
+    const int64_t nb1 = (n1 + TILE - 1) / TILE, nb2 = (n2 + TILE - 1) / TILE;
+    REAL cmax = 0;
+    int bad = 0;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) \
+    reduction(max : cmax) reduction(| : bad)
+    for (int64_t p = 0; p < nb1 * nb2; p++) {
+        const int64_t bi = p / nb2, bj = p % nb2;
+        if (symmetric && bj < bi)
+            continue;
+        const int64_t i0 = bi * TILE, i1 = i0 + TILE < n1 ? i0 + TILE : n1;
+        const int64_t j0 = bj * TILE, j1 = j0 + TILE < n2 ? j0 + TILE : n2;
+        for (int64_t i = i0; i < i1; i++) {
+            const int64_t js = (symmetric && bi == bj) ? i : j0;
+            const REAL c = SFX(segment)(k + i * n2 + js, t + i * n2 + js, has_t, j1 - js, lead,
+                                        L, sa, ra, n1, i, sb + js, rb + js, n2, w2, b2, &bad);
+            cmax = c > cmax ? c : cmax;
+        }
+        if (symmetric) { /* mirror the upper tile into the lower one, by 16 x 16 blocks */
+            for (int64_t jb = j0; jb < j1; jb += 16) {
+                for (int64_t ib = i0; ib < i1 && ib <= jb; ib += 16) {
+                    const int64_t je = jb + 16 < j1 ? jb + 16 : j1;
+                    for (int64_t j = jb; j < je; j++) {
+                        int64_t ie = ib + 16 < i1 ? ib + 16 : i1;
+                        ie = bi == bj && j < ie ? j : ie;
+                        for (int64_t i = ib; i < ie; i++) {
+                            k[j * n2 + i] = k[i * n2 + j];
+                            t[j * n2 + i] = t[i * n2 + j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    *cmax_out = cmax;
+    return bad;
+}
+"""
+
+_FLOAT = """
+#define REAL float
+#define UINT uint32_t
+#define EXP_MASK 0x7f800000u
+#define SNAP (SNAP_ULPS * 1.1920928955078125e-07f)
+#define SFX(name) name##_f
+"""
+_DOUBLE = """
+#undef REAL
+#undef UINT
+#undef EXP_MASK
+#undef SNAP
+#undef SFX
+#define REAL double
+#define UINT uint64_t
+#define EXP_MASK 0x7ff0000000000000ull
+#define SNAP (SNAP_ULPS * 2.220446049250313e-16)
+#define SFX(name) name##_d
+"""
+SOURCE = _HEAD + _FLOAT + _GENERIC + _DOUBLE + _GENERIC
+
+# -ffast-math lets gcc vectorize the loops (reductions, selects); the clamps are explicit and
+# the NaN/inf test works on the bits. It is given to the compile step only: linking with it
+# pulls in crtfastmath.o, which would set flush-to-zero for the whole process.
+_COMPILE_FLAGS = ("-O3", "-ffast-math", "-march=native", "-fPIC", "-std=c99")
+_X86_FLAGS = ("-mprefer-vector-width=512",)  # ignored by CPUs without AVX-512
+_OPENMP = ("-fopenmp",)
+
+
+# --------------------------------------------------------------------------------------------
+# compilation and loading
+
+
+def _compiler() -> str:
+    return os.environ.get("CC") or "cc"
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get(_CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "ntklab"
+
+
+def _cpu_id() -> str:
+    """The machine and, where readable, the CPU's feature flags (``-march=native``)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()} {flags.strip()}"
+
+
+def _flag_sets() -> list[tuple[str, ...]]:
+    """Compiler flags to try, best first (without OpenMP the kernel runs on one thread)."""
+    base: tuple[str, ...] = _COMPILE_FLAGS
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        base = base + _X86_FLAGS
+    return [base + _OPENMP, base, ("-O3", "-fPIC", "-std=c99")]
+
+
+def _library_path(flags: tuple[str, ...]) -> Path:
+    key = "\n".join([SOURCE, _compiler(), " ".join(flags), _cpu_id()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return _cache_dir() / f"fused_relu_{digest}.so"
+
+
+def _compile(target: Path, flags: tuple[str, ...]) -> None:
+    """Compile ``SOURCE`` to ``target``, atomically (a temporary file, then ``os.replace``)."""
+    cc = shlex.split(_compiler())
+    if not cc or shutil.which(cc[0]) is None:
+        raise FileNotFoundError(f"no C compiler {_compiler()!r} on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        src, obj, lib = Path(tmp, "fused_relu.c"), Path(tmp, "fused_relu.o"), Path(tmp, "lib.so")
+        src.write_text(SOURCE)
+        link_flags = [f for f in flags if f in _OPENMP]
+        for cmd in (
+            [*cc, *flags, "-c", str(src), "-o", str(obj)],
+            [*cc, "-shared", *link_flags, str(obj), "-o", str(lib), "-lm"],
+        ):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        os.replace(lib, target)
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    for sfx in _SUFFIX.values():
+        chain = getattr(lib, f"ntklab_relu_dense_chain_{sfx}")
+        chain.argtypes = [ptr, ptr, i32, i64, i64, i32, i32, *[ptr] * 6, i32, i32, ptr]
+        chain.restype = i32
+        acos = getattr(lib, f"ntklab_acos_sin_{sfx}")
+        acos.argtypes = [ptr, ptr, ptr, i64]
+        acos.restype = None
+    lib.ntklab_advise_hugepages.argtypes = [ptr, i64]
+    lib.ntklab_advise_hugepages.restype = None
+    return lib
+
+
+class _Loader:
+    """Compiles and loads the library once per process (``None`` when it cannot)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._lib: ctypes.CDLL | None = None
+
+    def get(self) -> ctypes.CDLL | None:
+        with self._lock:
+            if not self._done:
+                self._lib = self._load()
+                self._done = True
+            return self._lib
+
+    @staticmethod
+    def _load() -> ctypes.CDLL | None:
+        for flags in _flag_sets():
+            try:
+                path = _library_path(flags)
+                if not path.exists():
+                    logger.debug("compiling the fused ReLU kernel to %s", path)
+                    _compile(path, flags)
+                return _declare(ctypes.CDLL(str(path)))
+            except Exception as err:  # no compiler, a failed build, an unwritable cache, ...
+                logger.debug("fused ReLU kernel with flags %s unavailable: %s", flags, err)
+        return None
+
+
+_loader = _Loader()
+
+
+def available() -> bool:
+    """Whether the fused kernel can be used (compiling it on first call); never raises."""
+    if os.environ.get(_DISABLE_ENV) == "1":
+        logger.debug("fused ReLU kernel disabled by %s=1", _DISABLE_ENV)
+        return False
+    try:
+        return _loader.get() is not None
+    except Exception as err:  # pragma: no cover - defensive: available() must not raise
+        logger.debug("fused ReLU kernel unavailable: %s", err)
+        return False
+
+
+def _library() -> ctypes.CDLL:
+    lib = _loader.get()
+    if lib is None:
+        raise RuntimeError("the fused ReLU kernel is unavailable (see available())")
+    return lib
+
+
+def _ptr(x: Tensor) -> int:
+    return int(x.data_ptr())
+
+
+# --------------------------------------------------------------------------------------------
+# the kernel
+
+_ADVISE_HUGEPAGES = True  # madvise(MADV_HUGEPAGE) on the NTK buffer that the kernel allocates
+
+_NOT_FINITE = (
+    "kernel: expected finite correlations, got NaN or inf (the incoming kernel is not finite; "
+    "check the inputs and the layer scales)"
+)
+
+
+def fused_relu_dense_chain(
+    cov: Tensor,
+    ntk: Tensor | None,
+    var1s: Tensor,
+    var2s: Tensor,
+    w2s: Tensor,
+    b2s: Tensor,
+    *,
+    leading_dense: bool = False,
+    symmetric: bool = False,
+) -> tuple[Tensor, Tensor, float]:
+    """Propagate NNGP and NTK through ``L`` pairs ``[Relu(), Dense(w, b)]``, in place.
+
+    Parameters
+    ----------
+    cov : Tensor of shape (n1, n2)
+        NNGP entering the chain; CPU, contiguous, float32 or float64. Overwritten.
+    ntk : Tensor of shape (n1, n2) or None
+        NTK entering the chain (same layout as ``cov``), overwritten; ``None`` for a zero NTK
+        (then a new tensor is returned).
+    var1s : Tensor of shape (L, n1)
+        ``var1s[l]``: the NNGP variances of the ``x1`` inputs entering ReLU ``l``.
+    var2s : Tensor of shape (L, n2)
+        The same for ``x2``.
+    w2s, b2s : Tensor of shape (L,), or (L + 1,) with ``leading_dense``
+        :math:`\\sigma_w^2` and :math:`\\sigma_b^2` of each Dense layer.
+    leading_dense : bool
+        The chain starts with a Dense layer (``w2s[0]``, ``b2s[0]``) before the first ReLU.
+    symmetric : bool
+        ``cov`` and ``ntk`` are symmetric and ``var1s`` equals ``var2s`` (``x2 = x1``):
+        only the upper triangle is computed, then mirrored.
+
+    Returns
+    -------
+    cov, ntk : Tensor of shape (n1, n2)
+        The outputs, in the input tensors' memory.
+    max_excess : float
+        :math:`\\max(|K / s| - 1, 0)` over entries and layers: how far the correlations
+        were clamped into [-1, 1]; ``inf`` when they overflowed. (Correlations within 8 ulp
+        of +-1 are also taken as +-1; see the module docstring.)
+
+    Raises
+    ------
+    NtklabValueError
+        On bad shapes or layouts, or when ``cov`` or ``ntk`` holds NaN or inf.
+    """
+    for name, x in (("cov", cov), ("ntk", cov if ntk is None else ntk)):
+        if (
+            x.ndim != 2
+            or x.device.type != "cpu"
+            or x.dtype not in _SUFFIX
+            or not x.is_contiguous()
+            or x.shape != cov.shape
+            or x.dtype != cov.dtype
+        ):
+            raise NtklabValueError(
+                f"{name}: expected a contiguous CPU float32/float64 matrix of shape "
+                f"{tuple(cov.shape)}, got shape {tuple(x.shape)}, {x.dtype} on {x.device}, "
+                f"contiguous={x.is_contiguous()}"
+            )
+    if ntk is not None and ntk.data_ptr() == cov.data_ptr() and cov.numel():
+        raise NtklabValueError("ntk: expected a tensor separate from cov, got the same memory")
+    dtype = cov.dtype
+    n1, n2 = cov.shape
+    n_pairs = int(var1s.shape[0])
+    lead = int(leading_dense)
+    for name, x, shape in (
+        ("var1s", var1s, (n_pairs, n1)),
+        ("var2s", var2s, (n_pairs, n2)),
+        ("w2s", w2s, (n_pairs + lead,)),
+        ("b2s", b2s, (n_pairs + lead,)),
+    ):
+        if tuple(x.shape) != shape:
+            raise NtklabValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if symmetric and (n1 != n2 or not torch.equal(var1s, var2s)):
+        raise NtklabValueError(
+            f"symmetric: expected a square cov and var1s equal to var2s, got shape {(n1, n2)}"
+        )
+    tiny = torch.finfo(dtype).tiny
+
+    def as_cpu(x: Tensor) -> Tensor:
+        return x.detach().to(dtype=dtype, device="cpu").contiguous()
+
+    def scales(var: Tensor) -> tuple[Tensor, Tensor]:
+        s = as_cpu(var).clamp_min(tiny).sqrt_()
+        return s, s.reciprocal()
+
+    sa, ra = scales(var1s)
+    sb, rb = (sa, ra) if symmetric else scales(var2s)
+    w2, b2 = as_cpu(w2s), as_cpu(b2s)
+    lib = _library()
+    if ntk is None:  # a fresh buffer, first touched by the kernel
+        out_ntk = torch.empty_like(cov)
+        if _ADVISE_HUGEPAGES:
+            lib.ntklab_advise_hugepages(_ptr(out_ntk), out_ntk.numel() * out_ntk.element_size())
+    else:
+        out_ntk = ntk
+    cmax = torch.zeros((), dtype=dtype)
+    chain = getattr(lib, f"ntklab_relu_dense_chain_{_SUFFIX[dtype]}")
+    bad = chain(
+        *(_ptr(cov), _ptr(out_ntk), int(ntk is not None), n1, n2, lead, n_pairs),
+        *(_ptr(sa), _ptr(ra), _ptr(sb), _ptr(rb), _ptr(w2), _ptr(b2)),
+        *(int(symmetric), torch.get_num_threads(), _ptr(cmax)),
+    )
+    if bad:
+        raise NtklabValueError(_NOT_FINITE)
+    return cov, out_ntk, max(float(cmax) - 1.0, 0.0)
+
+
+def _acos_sin(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(arccos x, sqrt(1 - x^2))`` by the kernel's vectorized routine (for the tests)."""
+    x = x.contiguous()
+    acos, sin = torch.empty_like(x), torch.empty_like(x)
+    fn = getattr(_library(), f"ntklab_acos_sin_{_SUFFIX[x.dtype]}")
+    fn(_ptr(x), _ptr(acos), _ptr(sin), x.numel())
+    return acos, sin
+
+
+# --------------------------------------------------------------------------------------------
+# dispatch from Architecture.kernel
+
+
+def empty_matrix(n1: int, n2: int, like: Tensor) -> Tensor:
+    """An uninitialized (n1, n2) CPU tensor of ``like``'s dtype, backed by transparent huge
+    pages where the fused library is loaded (its first touch then faults 512x fewer pages)."""
+    out = torch.empty(n1, n2, dtype=like.dtype, device=like.device)
+    if _ADVISE_HUGEPAGES and available():
+        _library().ntklab_advise_hugepages(_ptr(out), out.numel() * out.element_size())
+    return out
+
+
+def supports(x: Tensor) -> bool:
+    """Whether kernels on inputs like ``x`` can take the fused path (device and dtype)."""
+    return x.device.type == "cpu" and x.dtype in _SUFFIX
+
+
+def _is_plain_dense(layer: Layer) -> bool:
+    """A Dense layer in NTK parameterization with plain-number scales."""
+    if not isinstance(layer, Dense) or layer.parameterization != "ntk":
+        return False
+    scales = (layer.w_std, 0.0 if layer.b_std is None else layer.b_std)
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
+
+
+def _run_length(layers: tuple[Layer, ...], start: int) -> int:
+    """Length of the fusable run at ``start``: an optional plain Dense, then pairs
+    ``[Relu(), plain Dense]``; 0 when there is no pair."""
+    i = start + 1 if _is_plain_dense(layers[start]) else start
+    stop = i
+    while (
+        stop + 1 < len(layers) and type(layers[stop]) is Relu and _is_plain_dense(layers[stop + 1])
+    ):
+        stop += 2
+    return stop - start if stop > i else 0
+
+
+def split_runs(layers: tuple[Layer, ...]) -> list[tuple[tuple[Layer, ...], bool]]:
+    """Split ``layers`` into consecutive segments, flagged True for the fusable runs."""
+    segments: list[tuple[tuple[Layer, ...], bool]] = []
+    start = i = 0
+    while i < len(layers):
+        length = _run_length(layers, i)
+        if length == 0:
+            i += 1
+            continue
+        if start < i:
+            segments.append((layers[start:i], False))
+        segments.append((layers[i : i + length], True))
+        start = i = i + length
+    if start < len(layers):
+        segments.append((layers[start:], False))
+    return segments
+
+
+def propagate_run(
+    layers: tuple[Layer, ...],
+    state: KernelState,
+    diag1: KernelState,
+    diag2: KernelState | None,
+) -> tuple[KernelState, KernelState, KernelState] | None:
+    """Propagate ``state`` (in place) and the diagonals through a run from :func:`split_runs`.
+
+    ``diag2=None`` means ``x2 = x1`` (symmetric matrices). Returns ``None``, with nothing
+    modified, when the fused kernel is unavailable or the variances are not finite (the eager
+    path then reproduces its own errors and warnings).
+    """
+    if not available():
+        return None
+    var1s, var2s, w2s, b2s = [], [], [], []
+    d1, d2 = diag1, diag1 if diag2 is None else diag2
+    for layer in layers:
+        if isinstance(layer, Dense):
+            w2s.append(float(layer.w_std) ** 2)
+            b2s.append(0.0 if layer.b_std is None else float(layer.b_std) ** 2)
+        else:  # a Relu: record the variances entering it
+            var1s.append(d1.cov)
+            var2s.append(d2.cov)
+        d1 = _next_diagonal(layer, d1)
+        d2 = d1 if diag2 is None else _next_diagonal(layer, d2)
+    v1, v2 = torch.stack(var1s), torch.stack(var2s)
+    if not (bool(torch.isfinite(v1).all()) and bool(torch.isfinite(v2).all())):
+        return None
+    dtype = state.cov.dtype
+    cov, ntk, excess = fused_relu_dense_chain(
+        state.cov.contiguous(),
+        None if state.ntk is None else state.ntk.contiguous(),
+        v1,
+        v2,
+        torch.tensor(w2s, dtype=dtype),
+        torch.tensor(b2s, dtype=dtype),
+        leading_dense=isinstance(layers[0], Dense),
+        symmetric=diag2 is None,
+    )
+    _check_excess(excess, dtype)
+    last = layers[-1]
+    assert isinstance(last, Dense)  # guaranteed by split_runs
+    state = dataclasses.replace(
+        state,
+        cov=cov,
+        ntk=ntk,
+        var1=d1.cov[:, None],
+        var2=d2.cov[None, :],
+        fan_in=last.width,
+        has_dense=True,
+    )
+    return state, d1, d2
+
+
+def _check_excess(excess: float, dtype: torch.dtype) -> None:
+    """The checks of ``activations._clamp_correlation`` on the fused kernel's max excess."""
+    if not math.isfinite(excess):
+        raise NtklabValueError(_NOT_FINITE)
+    if excess > math.sqrt(torch.finfo(dtype).eps):
+        warnings.warn(
+            f"correlation outside [-1, 1] by {excess:.3g} (beyond rounding for {dtype}); "
+            "clamped. The incoming kernel violates Cauchy-Schwarz.",
+            NumericalWarning,
+            stacklevel=3,  # attributed to Architecture.kernel (in ntklab, as the eager path)
+        )
