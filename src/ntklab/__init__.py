@@ -10,6 +10,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import empirical
 from .errors import NtklabError, NtklabTypeError, NtklabValueError, NumericalWarning
 from .kernels import (
     Abs,
@@ -58,5 +59,6 @@ __all__ = [
     "Softplus",
     "Tanh",
     "__version__",
+    "empirical",
     "serial",
 ]

@@ -37,6 +37,8 @@ def check_matrix(name: str, x: object) -> Tensor:
         raise NtklabTypeError(f"{name}: expected a floating dtype (float32/float64), got {x.dtype}")
     if x.shape[1] == 0:
         raise NtklabValueError(f"{name}: expected at least one feature, got shape {tuple(x.shape)}")
+    if x.is_meta:
+        raise NtklabValueError(f"{name}: expected a tensor with data, got a meta tensor")
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise NtklabValueError(f"{name}: expected finite values, got {bad} NaN or inf entries")

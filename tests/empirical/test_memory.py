@@ -1,0 +1,95 @@
+"""Blocked evaluation stays under its memory budget: peak memory measured, not timed.
+
+The ``peak_memory`` fixture runs a snippet in a fresh interpreter, resets the kernel's peak
+resident-set counter (``/proc/self/clear_refs``) just before the measured call, and reports
+the growth of the peak (``VmHWM``) over the resident size at that moment: everything the call
+touched, libraries' scratch included. (``getrusage``'s ``ru_maxrss`` would not do: Linux
+keeps it across ``execve``, so it would include the pytest parent's size.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+_HARNESS = """
+import gc, os
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+import torch
+torch.manual_seed(0)
+{setup}
+gc.collect()
+
+def status(field):
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current RSS
+    f.write("5")
+before = status("VmRSS")
+{call}
+print(status("VmHWM") - before)
+"""
+
+
+@pytest.fixture
+def peak_memory() -> Callable[[str, str], int]:
+    """``peak_memory(setup, call) -> bytes`` grown by ``call``, measured in a subprocess."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("peak RSS measurement reads /proc (Linux)")
+
+    def measure(setup: str, call: str) -> int:
+        code = _HARNESS.format(setup=textwrap.dedent(setup), call=textwrap.dedent(call))
+        # glibc keeps freed large blocks in its heap once its mmap threshold has grown, so
+        # that RSS would track the allocator's history rather than live memory: pin it
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1200,
+            env=env,
+        )
+        return int(done.stdout.strip().splitlines()[-1])
+
+    return measure
+
+
+MLP_SETUP = """
+import math, ntklab as nl
+block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
+arch = nl.serial(block, block, block, nl.Dense(math.sqrt(2.0), 0.1))
+net = arch.to_torch(512, 10, in_features=784)
+x = torch.randn({n}, 784)
+nl.empirical.ntk(net, x[:2])  # one-time costs (lazy imports, code pages) are not the call's
+"""
+
+
+def _used(peak_memory: Callable[[str, str], int], n: int, budget: int | None) -> int:
+    call = f"k = nl.empirical.ntk(net, x, max_memory={budget})\nassert k.shape == ({n}, {n})"
+    return peak_memory(MLP_SETUP.format(n=n), call)
+
+
+def _check(peak_memory: Callable[[str, str], int], n: int, budget: int) -> None:
+    used = _used(peak_memory, n, budget)
+    assert used <= budget, f"peak growth {used:,} bytes > budget {budget:,}"
+
+
+def test_blocked_mlp_stays_under_budget(peak_memory: Callable[[str, str], int]) -> None:
+    """n = 3000: a 36 MB result under a 100 MB budget, which binds: unblocked needs more."""
+    budget = 100 * 2**20
+    _check(peak_memory, 3000, budget)
+    assert _used(peak_memory, 3000, None) > budget
+
+
+@pytest.mark.slow
+def test_blocked_mlp_n20000_stays_under_2gib(peak_memory: Callable[[str, str], int]) -> None:
+    """The issue's figure: n = 20,000 (a 1.6 GB float32 result) under a 2 GiB budget."""
+    _check(peak_memory, 20000, 2 * 2**30)
