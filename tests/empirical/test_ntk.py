@@ -97,6 +97,10 @@ def test_bad_input() -> None:
         nl.empirical.ntk(model, x, torch.randn(2, 5, 1, dtype=F64))
     with pytest.raises(NtklabValueError, match="params: expected names of the model's"):
         nl.empirical.ntk(model, x, params=["9.weight"])
+    with pytest.raises(NtklabValueError, match=r"params: .* got '9\.bias'"):
+        nl.empirical.ntk(model, x, params={"9.bias": torch.zeros(1, dtype=F64)})
+    with pytest.raises(NtklabValueError, match=r"params\['4\.bias'\]: expected a tensor of shape"):
+        nl.empirical.ntk(model, x, params={"4.bias": torch.zeros(3, dtype=F64)})
     with pytest.raises(NtklabTypeError, match="x1: expected the model's dtype"):
         nl.empirical.ntk(model, x.float())
     with pytest.raises(NtklabValueError, match="x1: expected the model's device"):
