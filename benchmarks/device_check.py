@@ -57,6 +57,63 @@ def check(device: torch.device) -> None:
     net = archs["relu"].to_torch(256, 1, in_features=7, device=device, dtype=torch.float64)
     assert net(x1.to(device)).device.type == device.type
     print("to_torch forward on", device, "ok")
+    check_empirical(device)
+
+
+def check_empirical(device: torch.device) -> None:
+    """Every empirical-NTK method, the operator and the Monte Carlo estimator on ``device``
+    agree with the CPU float64 result."""
+    torch.manual_seed(0)
+    models = {
+        "mlp": (
+            torch.nn.Sequential(torch.nn.Linear(7, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3)),
+            (7,),
+        ),
+        "cnn": (
+            torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.AdaptiveAvgPool2d(1),
+                torch.nn.Flatten(),
+                torch.nn.Linear(8, 2),
+            ),
+            (3, 8, 8),
+        ),
+    }
+    for name, (model, shape) in models.items():
+        model = model.double()
+        x = torch.randn(6, *shape, dtype=torch.float64)
+        ref = nl.empirical.ntk(model, x, outputs="full", method="jacobian")
+        dev_model = model.to(device)
+        for method in nl.empirical.METHODS:
+            got = nl.empirical.ntk(dev_model, x.to(device), outputs="full", method=method)
+            assert got.device.type == device.type, (name, method)
+            err = float((got.cpu() - ref).abs().max() / ref.abs().max())
+            assert err < 1e-10, (name, method, err)
+            print(f"empirical {name} {method}: {device} vs cpu max rel err {err:.1e}")
+        op = nl.empirical.ntk_operator(dev_model, x.to(device))
+        v = torch.randn(6, op.n_outputs, dtype=torch.float64)
+        dense = ref.permute(0, 2, 1, 3).reshape(v.numel(), v.numel())
+        err = float(((op @ v.to(device)).cpu().reshape(-1) - dense @ v.reshape(-1)).abs().max())
+        assert err < 1e-9, (name, "operator", err)
+        model.cpu()
+    mc = nl.empirical.monte_carlo_kernel(
+        archs_relu(),
+        x1_small(device),
+        width=64,
+        n_samples=8,
+        generator=torch.Generator(device=device).manual_seed(0),
+    )
+    assert mc.ntk.device.type == device.type
+    print("operator and monte_carlo_kernel on", device, "ok")
+
+
+def archs_relu() -> nl.Architecture:
+    return nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+
+
+def x1_small(device: torch.device) -> torch.Tensor:
+    return torch.randn(4, 3, dtype=torch.float64, device=device)
 
 
 def bench(device: torch.device, n: int) -> None:
