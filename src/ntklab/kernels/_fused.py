@@ -663,7 +663,6 @@ def propagate_run(
         var1=d1.cov[:, None],
         var2=d2.cov[None, :],
         fan_in=last.width,
-        has_dense=True,
     )
     return state, d1, d2
 

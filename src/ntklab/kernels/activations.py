@@ -41,7 +41,8 @@ from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from .kernel import KernelState
 from .layers import Layer
-from .quadrature import DEFAULT_DEGREE, derivative, gaussian_pair_expectation
+from .quadrature import DEFAULT_DEGREE, gaussian_pair_expectation
+from .quadrature import derivative as autograd_derivative
 
 __all__ = [
     "Abs",
@@ -426,16 +427,9 @@ class Elementwise(Activation):
         nngp = gaussian_pair_expectation(self.fn, self.fn, cov, var1, var2, self.degree)
         dot = None
         if derivative:
-            d = _derivative_of(self.fn)
+            d = autograd_derivative(self.fn)
             dot = gaussian_pair_expectation(d, d, cov, var1, var2, self.degree)
         return nngp, dot
-
-
-_DERIVATIVES: dict[int, Callable[[Tensor], Tensor]] = {}
-
-
-def _derivative_of(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    return derivative(fn)
 
 
 def Tanh(degree: int = DEFAULT_DEGREE) -> Elementwise:

@@ -55,4 +55,3 @@ class KernelState:
     var1: Tensor
     var2: Tensor
     fan_in: int | None
-    has_dense: bool

@@ -154,7 +154,7 @@ class Dense(Layer):
             if bias:
                 ntk = ntk.add_(bias) if inplace else ntk + bias
             cov = _affine(cov, w2, b2, inplace)
-        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, has_dense=True)
+        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width)
 
     def propagate_variance(self, var: Tensor) -> Tensor:
         """The diagonal recursion :math:`v' = \\sigma_w^2 v + \\sigma_b^2`."""
@@ -279,9 +279,9 @@ class Architecture:
         n1, n2 = a.shape[0], b_scaled.shape[0]
         out = _fused.empty_matrix(n1, n2, a) if fusable else None
         cov = torch.matmul(a_scaled, b_scaled.T, out=out)  # shape: (n1, n2)
-        state = KernelState(cov, None, var1[:, None], var2[None, :], d, False)
-        diag1 = KernelState(var1, None, var1, var1, d, False)
-        diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d, False)
+        state = KernelState(cov, None, var1[:, None], var2[None, :], d)
+        diag1 = KernelState(var1, None, var1, var1, d)
+        diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d)
         # --- fused dispatch: runs of [Relu, Dense(ntk)] go through one C pass (see _fused) ---
         segments = _fused.split_runs(self.layers) if fusable else [(self.layers, False)]
         for layers, fused in segments:
