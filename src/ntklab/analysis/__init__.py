@@ -1,5 +1,31 @@
-"""Analysis tools: rate fits with confidence intervals."""
+"""Analysis tools: rate fits with confidence intervals, label/residual alignment, GD loss
+curves and their bounds, Wasserstein distances, double-descent risks, NTK concentration."""
 
+from .alignment import (
+    AlignmentSlope,
+    KernelEigh,
+    LogBins,
+    alignment_slope,
+    kernel_eigh,
+    log_binned,
+    permuted_projections,
+    projections,
+    top_energy_share,
+)
+from .bounds import gd_loss_curve, generalization_figure, lambda_min_bound, trace_bound
+from .concentration import ntk_sup_distance
+from .double_descent import (
+    RandomFeaturesRisk,
+    SimulatedRisk,
+    min_norm_linear_regression_risk,
+    min_norm_risk,
+    optimal_ridge,
+    optimal_ridge_risk,
+    random_features_regression,
+    random_features_risk,
+    random_relu_features,
+    ridge_risk,
+)
 from .rates import (
     BootstrapPowerLawFit,
     DecayModelComparison,
@@ -10,14 +36,58 @@ from .rates import (
     fit_power_law,
     fit_power_law_bootstrap,
 )
+from .wasserstein import (
+    DebiasedW2,
+    W2Floor,
+    debias_w2,
+    debiased_w2_to_normal,
+    normal_w2_floor,
+    w2_squared_1d,
+    w2_squared_empirical,
+    w2_squared_gaussians,
+    w2_squared_to_normal,
+)
 
 __all__ = [
+    "AlignmentSlope",
     "BootstrapPowerLawFit",
+    "DebiasedW2",
     "DecayModelComparison",
     "ExponentialFit",
+    "KernelEigh",
+    "LogBins",
     "PowerLawFit",
+    "RandomFeaturesRisk",
+    "SimulatedRisk",
+    "W2Floor",
+    "alignment_slope",
     "compare_decay_models",
+    "debias_w2",
+    "debiased_w2_to_normal",
     "fit_exponential_rate",
     "fit_power_law",
     "fit_power_law_bootstrap",
+    "gd_loss_curve",
+    "generalization_figure",
+    "kernel_eigh",
+    "lambda_min_bound",
+    "log_binned",
+    "min_norm_linear_regression_risk",
+    "min_norm_risk",
+    "normal_w2_floor",
+    "ntk_sup_distance",
+    "optimal_ridge",
+    "optimal_ridge_risk",
+    "permuted_projections",
+    "projections",
+    "random_features_regression",
+    "random_features_risk",
+    "random_relu_features",
+    "ridge_risk",
+    "top_energy_share",
+    "trace_bound",
+    "w2_squared_1d",
+    "w2_squared_empirical",
+    "w2_squared_gaussians",
+    "w2_squared_to_normal",
 ]
