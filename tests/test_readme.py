@@ -22,6 +22,19 @@ def test_readme_example_runs() -> None:
     assert isinstance(mu, torch.Tensor) and mu.shape == (513,)
 
 
+def test_readme_training_dynamics_example_runs(capsys) -> None:  # type: ignore[no-untyped-def]
+    text = README.read_text()
+    block = re.search(r"### Training dynamics\n.*?```python\n(.*?)```", text, re.S)
+    assert block is not None
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    g = namespace["g"]
+    assert g.mean.shape == (9, 5, 1) and g.covariance.shape == (9, 5, 5)  # type: ignore[attr-defined]
+    drift = namespace["run"].history.kernel_drift  # type: ignore[attr-defined]
+    assert float(drift[0]) == 0.0 and 0 < float(drift[-1]) < 0.2
+    assert "torch.Size([9, 5, 1])" in capsys.readouterr().out
+
+
 def test_readme_has_exactly_two_setup_commands() -> None:
     text = README.read_text()
     setup = text.split("## Set up and run", 1)[1].split("\n## ", 1)[0]

@@ -26,7 +26,6 @@ Kernel* (arXiv:2206.08720), specialised to the layers that dominate the cost in 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -122,9 +121,8 @@ def _layer_scales(mod: nn.Module) -> tuple[float, float] | None:
     if type(mod) is nn.Linear or (type(mod) is nn.Conv2d and mod.groups == 1):
         return 1.0, 1.0
     if type(mod) is DenseLayer and not mod.has_uninitialized_params():
-        if mod.parameterization == "standard":
-            return 1.0, 1.0
-        return mod.w_std / math.sqrt(mod.in_features), float(mod.b_std or 0.0)
+        w_mult, _, b_mult, _ = mod.scales
+        return w_mult, b_mult
     return None
 
 

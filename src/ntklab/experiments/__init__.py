@@ -28,6 +28,7 @@ from .runner import run_dir_for, run_experiment
 # effect), e.g. `from . import spectrum_s1`.
 # ---------------------------------------------------------------------------------------------
 from . import spectrum_s1  # noqa: F401
+from . import cntk_vs_cnn  # noqa: F401
 
 __all__ = [
     "REQUIRED_SCALES",

@@ -16,27 +16,37 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .from_torch import from_torch
 from .kernel import Kernel
 from .layers import Architecture, Dense, Layer, serial
+from .spatial import AvgPool, Conv, Dropout, Flatten, GlobalAvgPool, LayerNorm, Residual
 
 __all__ = [
     "Abs",
     "Activation",
     "Architecture",
+    "AvgPool",
+    "Conv",
     "Cos",
     "Dense",
+    "Dropout",
     "Elementwise",
     "Erf",
+    "Flatten",
     "Gelu",
+    "GlobalAvgPool",
     "Identity",
     "Kernel",
     "Layer",
+    "LayerNorm",
     "LeakyRelu",
     "Relu",
+    "Residual",
     "Sigmoid",
     "Silu",
     "Sin",
     "Softplus",
     "Tanh",
+    "from_torch",
     "serial",
 ]

@@ -663,6 +663,7 @@ def propagate_run(
         var1=d1.cov[:, None],
         var2=d2.cov[None, :],
         fan_in=last.width,
+        gaussian=True,
     )
     return state, d1, d2
 

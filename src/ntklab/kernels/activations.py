@@ -89,7 +89,8 @@ class Activation(Layer):
         ntk = state.ntk
         if ntk is not None and dot is not None:
             ntk = ntk.mul_(dot) if inplace else ntk * dot
-        return dataclasses.replace(state, cov=nngp, ntk=ntk)
+        gaussian = state.gaussian and isinstance(self, Identity)
+        return dataclasses.replace(state, cov=nngp, ntk=ntk, gaussian=gaussian)
 
     def module(
         self,

@@ -48,6 +48,14 @@ class KernelState:
     diagonal itself). ``ntk`` is ``None`` while it is identically zero (before the first
     layer with parameters). ``fan_in`` is the width of the representation that the next
     ``Dense`` layer reads (the input dimension at first), ``None`` when no width was given.
+
+    Spatial inputs (images of shape ``(n, C, *S)``) add trailing axes (see
+    :mod:`ntklab.kernels.spatial`): ``spatial_ndim`` is ``len(S)``; with ``full_spatial`` the
+    covariance between every pair of positions is kept, in neural-tangents' interleaved layout
+    ``(batch..., H, H', W, W')``, otherwise only the same-position diagonal ``(batch..., H, W)``.
+    ``gaussian`` says that the representation is a zero-mean Gaussian process linear in the
+    last layer's fresh weights (after ``Dense``/``Conv``, not after a nonlinearity): what
+    ``LayerNorm`` and the residual sum assume.
     """
 
     cov: Tensor
@@ -55,3 +63,17 @@ class KernelState:
     var1: Tensor
     var2: Tensor
     fan_in: int | None
+    spatial_ndim: int = 0
+    full_spatial: bool = False
+    gaussian: bool = False
+
+    @property
+    def batch_ndim(self) -> int:
+        """Number of leading batch axes of ``cov``: 2 for a pair of batches, 1 on the diagonal."""
+        return self.cov.ndim - self.spatial_ndim * (2 if self.full_spatial else 1)
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        """The spatial shape ``S`` of the representation (``()`` for a flat one)."""
+        step = 2 if self.full_spatial else 1
+        return tuple(int(s) for s in self.cov.shape[self.batch_ndim :: step])

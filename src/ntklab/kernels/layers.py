@@ -59,6 +59,40 @@ class Layer(ABC):
     def _requires_grad(self) -> bool:
         return False
 
+    @property
+    def spatial_ndim(self) -> int | None:
+        """Spatial dimensions of the inputs the layer acts on (``Conv``, ``AvgPool``), else
+        ``None``."""
+        return None
+
+    @property
+    def spatial_layer(self) -> bool:
+        """Whether the layer reads image batches ``(n, C, *S)`` (convolutions, pooling,
+        ``Flatten``): an architecture with one accepts images."""
+        return self.spatial_ndim is not None
+
+    @property
+    def mixes_space(self) -> bool:
+        """Whether the layer reads covariances between different positions (pooling)."""
+        return False
+
+    def step(
+        self,
+        state: KernelState,
+        diag1: KernelState,
+        diag2: KernelState | None,
+        *,
+        inplace: bool,
+    ) -> tuple[KernelState, KernelState, KernelState | None]:
+        """One step of :meth:`Architecture.kernel`: propagate the pair state and the
+        per-input states (``diag2=None``: ``x2`` is ``x1``), then refresh the variances."""
+        from .spatial import with_variances
+
+        state = self.propagate(state, inplace=inplace)
+        diag1 = _next_diagonal(self, diag1)
+        diag2 = None if diag2 is None else _next_diagonal(self, diag2)
+        return with_variances(state, diag1, diag1 if diag2 is None else diag2), diag1, diag2
+
     # A single layer is also a (one-layer) architecture.
     def kernel(self, x1: Tensor, x2: Tensor | None = None) -> Kernel:
         """The kernel of the one-layer architecture ``serial(self)``."""
@@ -123,6 +157,12 @@ class Dense(Layer):
         return any(isinstance(v, Tensor) and v.requires_grad for v in (self.w_std, self.b_std))
 
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        if state.spatial_ndim:
+            raise NtklabValueError(
+                "Dense: expected a flat (n, d) representation, got one with "
+                f"{state.spatial_ndim} spatial dimension(s); put Flatten() or GlobalAvgPool() "
+                "before it, or use a Conv with filter_shape 1 for a per-position dense layer"
+            )
         w2 = self.w_std**2
         b2 = 0.0 if self.b_std is None else self.b_std**2
         cov, ntk = state.cov, state.ntk
@@ -154,7 +194,7 @@ class Dense(Layer):
             if bias:
                 ntk = ntk.add_(bias) if inplace else ntk + bias
             cov = _affine(cov, w2, b2, inplace)
-        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width)
+        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True)
 
     def propagate_variance(self, var: Tensor) -> Tensor:
         """The diagonal recursion :math:`v' = \\sigma_w^2 v + \\sigma_b^2`."""
@@ -169,7 +209,12 @@ class Dense(Layer):
         generator: torch.Generator | None,
         dtype: torch.dtype,
         device: torch.device | str | None,
+        parameterization: Literal["ntk", "standard", "mup"] | None = None,
+        role: Literal["input", "hidden", "output", "only"] = "hidden",
     ) -> nn.Module:
+        """A :class:`~ntklab.nets.modules.DenseLayer`; ``parameterization`` (default: this
+        layer's own) may override it, e.g. with ``"mup"``, which reads ``role`` (where the
+        layer sits: ``"input"``, ``"hidden"``, ``"output"`` or ``"only"``)."""
         from ..nets.modules import DenseLayer
 
         out = self.width if self.width is not None else out_features
@@ -180,7 +225,8 @@ class Dense(Layer):
             out,
             w_std=_as_float(self.w_std),
             b_std=None if self.b_std is None else _as_float(self.b_std),
-            parameterization=self.parameterization,
+            parameterization=parameterization or self.parameterization,
+            role=role,
             generator=generator,
             dtype=dtype,
             device=device,
@@ -229,6 +275,9 @@ class Architecture:
                     f"{type(layer).__name__} (an activation reads the pre-activations of a Dense "
                     "layer), got it before any Dense"
                 )
+        from .spatial import check_affine_layernorm
+
+        check_affine_layernorm(self.layers, "layers")
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.layers)
@@ -239,14 +288,22 @@ class Architecture:
     def _requires_grad(self) -> bool:
         return any(layer._requires_grad() for layer in self.layers)
 
-    def kernel(self, x1: Tensor, x2: Tensor | None = None) -> Kernel:
+    def kernel(
+        self, x1: Tensor, x2: Tensor | None = None, *, max_memory: int | None = None
+    ) -> Kernel:
         """NNGP and NTK between the rows of ``x1`` and ``x2``.
 
         Parameters
         ----------
-        x1 : Tensor of shape (n1, d)
-        x2 : Tensor of shape (n2, d), optional
+        x1 : Tensor of shape (n1, d), or (n1, C, *S) for an architecture with spatial layers
+            Images are torch's channels-first batches: ``(n, C, L)`` or ``(n, C, H, W)``.
+        x2 : Tensor of the same shape but for n2, optional
             Defaults to ``x1``.
+        max_memory : int, optional
+            Bytes available to one block of input pairs, for image inputs (default: what the
+            device reports available). The full spatial covariance needed by pooling holds
+            :math:`n_1 n_2 |S|^2` numbers per kernel; pairs are computed in blocks that fit,
+            and an error says when not even one pair fits. Ignored for flat inputs.
 
         Returns
         -------
@@ -262,40 +319,70 @@ class Architecture:
         >>> k.ntk.shape
         torch.Size([4, 4])
         """
-        a, b = check_inputs(x1, x2)
+        if not any(layer.spatial_layer for layer in self.layers):
+            a, b = check_inputs(x1, x2)
+            return self._kernel(a, b)
+        from . import spatial
+
+        if max_memory is not None:
+            check_positive_int("max_memory", max_memory)
+        a, b = spatial.check_images(x1, x2, spatial.architecture_spatial_ndim(self.layers))
+        full = a.ndim > 2 and spatial.last_mixing_layer(self.layers) >= 0
+        return spatial.kernel_in_blocks(self._kernel, a, b, full=full, max_memory=max_memory)
+
+    def _kernel(self, a: Tensor, b: Tensor | None) -> Kernel:
+        """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``)."""
+        from . import _fused, spatial
+
         inplace = not (
             torch.is_grad_enabled()
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
         )
-        d = a.shape[1]
-        var1 = a.square().mean(dim=1)  # shape: (n1,)
-        var2 = var1 if b is None else b.square().mean(dim=1)  # shape: (n2,)
-        from . import _fused
-
-        fusable = inplace and _fused.supports(a)
-        scale = d**-0.5  # fold the 1/d of the input kernel into the (n, d) inputs
-        a_scaled = a * scale
-        b_scaled = a_scaled if b is None else b * scale
-        n1, n2 = a.shape[0], b_scaled.shape[0]
-        out = _fused.empty_matrix(n1, n2, a) if fusable else None
-        cov = torch.matmul(a_scaled, b_scaled.T, out=out)  # shape: (n1, n2)
-        state = KernelState(cov, None, var1[:, None], var2[None, :], d)
-        diag1 = KernelState(var1, None, var1, var1, d)
-        diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d)
-        # --- fused dispatch: runs of [Relu, Dense(ntk)] go through one C pass (see _fused) ---
-        segments = _fused.split_runs(self.layers) if fusable else [(self.layers, False)]
+        diagonal_after = -1
+        if a.ndim > 2:
+            diagonal_after = spatial.last_mixing_layer(self.layers)
+            state, diag1, diag2 = spatial.input_states(a, b, full=diagonal_after >= 0)
+            segments: list[tuple[tuple[Layer, ...], bool]] = [(self.layers, False)]
+        else:
+            d = a.shape[1]
+            var1 = a.square().mean(dim=1)  # shape: (n1,)
+            var2 = var1 if b is None else b.square().mean(dim=1)  # shape: (n2,)
+            fusable = inplace and _fused.supports(a)
+            scale = d**-0.5  # fold the 1/d of the input kernel into the (n, d) inputs
+            a_scaled = a * scale
+            b_scaled = a_scaled if b is None else b * scale
+            n1, n2 = a.shape[0], b_scaled.shape[0]
+            out = _fused.empty_matrix(n1, n2, a) if fusable else None
+            cov = torch.matmul(a_scaled, b_scaled.T, out=out)  # shape: (n1, n2)
+            state = KernelState(cov, None, var1[:, None], var2[None, :], d)
+            diag1 = KernelState(var1, None, var1, var1, d)
+            diag2 = diag1 if b is None else KernelState(var2, None, var2, var2, d)
+            # fused dispatch: runs of [Relu, Dense(ntk)] go through one C pass (see _fused)
+            segments = _fused.split_runs(self.layers) if fusable else [(self.layers, False)]
+        done = 0
         for layers, fused in segments:
             if fused:
-                done = _fused.propagate_run(layers, state, diag1, None if b is None else diag2)
-                if done is not None:
-                    state, diag1, diag2 = done
+                run = _fused.propagate_run(layers, state, diag1, None if b is None else diag2)
+                if run is not None:
+                    state, diag1, diag2 = run
+                    done += len(layers)
                     continue
-            for layer in layers:
-                state = layer.propagate(state, inplace=inplace)
-                diag1 = _next_diagonal(layer, diag1)
-                diag2 = diag1 if b is None else _next_diagonal(layer, diag2)
-                state = dataclasses.replace(state, var1=diag1.cov[:, None], var2=diag2.cov[None, :])
-        # --- end of fused dispatch ---
+            state, diag1, d2 = spatial.run_layers(
+                layers,
+                state,
+                diag1,
+                None if b is None else diag2,
+                inplace=inplace,
+                diagonal_after=diagonal_after - done,
+            )
+            diag2 = diag1 if d2 is None else d2
+            done += len(layers)
+        if state.spatial_ndim:
+            raise NtklabValueError(
+                "layers: expected an architecture whose output is flat (ending with Flatten() "
+                "or GlobalAvgPool() before the readout), got one that ends with "
+                f"{state.spatial_ndim} spatial dimension(s)"
+            )
         nngp = state.cov
         ntk = state.ntk if state.ntk is not None else torch.zeros_like(nngp)
         if b is None:
@@ -316,10 +403,13 @@ class Architecture:
         out_features: int = 1,
         *,
         in_features: int | None = None,
+        parameterization: Literal["ntk", "standard", "mup"] | None = None,
+        alpha: float = 1.0,
+        zero_output: bool = False,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
-    ) -> nn.Sequential:
+    ) -> nn.Module:
         """A finite network with this architecture.
 
         Parameters
@@ -331,6 +421,23 @@ class Architecture:
         in_features : int, optional
             Input dimension d. When omitted, the first Dense layer is lazy: its weights are
             created (from ``generator``) on the first forward call, as ``nn.LazyLinear`` does.
+        parameterization : {"ntk", "standard", "mup"}, optional
+            Overrides the parameterization of every Dense layer (default: each keeps its own).
+            ``"mup"`` is the maximal-update parameterization of Yang & Hu (arXiv:2011.14522),
+            which treats the first Dense layer as the input layer, the last as the readout and
+            the others as hidden (a single Dense layer is parameterized as in NTK); see
+            :class:`ntklab.nets.DenseLayer`.
+        alpha : float
+            Lazy-training scale (Chizat, Oyallon & Bach, arXiv:1812.07956): when not 1 the
+            network is wrapped in :class:`ntklab.nets.ScaledOutput`, whose output is
+            ``alpha`` times the network's; :func:`ntklab.nets.train` then divides the loss by
+            ``alpha**2``.
+        zero_output : bool
+            Build :class:`ntklab.nets.AntisymmetricPair` of two networks of hidden width
+            ``width // 2`` (``width`` must be even), the second a copy of the first:
+            :math:`f = (a - b)/\\sqrt 2` is exactly 0 at initialization and its empirical NTK
+            at initialization equals that of one half. Dense layers with a ``width`` of their
+            own keep it in each half.
         generator : torch.Generator, optional
             Source of randomness for the initialization (reproducible networks).
         dtype, device
@@ -338,30 +445,94 @@ class Architecture:
 
         Returns
         -------
-        torch.nn.Sequential
-            Its parameters are initialized as the parameterization prescribes (unit Gaussian
-            in NTK parameterization, the scale applied in ``forward``).
+        torch.nn.Module
+            An ``nn.Sequential`` (possibly wrapped as above). Its parameters are initialized as
+            the parameterization prescribes (unit Gaussian in NTK parameterization, the scale
+            applied in ``forward``).
+
+        Notes
+        -----
+        ``arch.kernel`` is the infinite-width limit of the NTK- and standard-parameterized
+        networks (the standard one with learning rates scaled by the width). The muP network
+        has no kernel limit: its output vanishes at initialization and its features move by
+        O(1) in training (feature learning), so ``arch.kernel`` does not describe it.
         """
         check_positive_int("width", width)
         check_positive_int("out_features", out_features)
         if in_features is not None:
             check_positive_int("in_features", in_features)
+        if parameterization is not None and parameterization not in ("ntk", "standard", "mup"):
+            raise NtklabValueError(
+                "parameterization: expected None, 'ntk', 'standard' or 'mup', got "
+                f"{parameterization!r}"
+            )
+        if not isinstance(zero_output, bool):
+            raise NtklabTypeError(f"zero_output: expected a bool, got {zero_output!r}")
+        if zero_output and width % 2:
+            raise NtklabValueError(
+                "width: expected an even width with zero_output=True (two halves of width "
+                f"width // 2), got {width}"
+            )
+        dense = [i for i, layer in enumerate(self.layers) if isinstance(layer, Dense)]
+        if parameterization is not None:
+            other = [
+                type(layer).__name__
+                for layer in self.layers
+                if layer.has_parameters and not isinstance(layer, Dense)
+            ]
+            if other:
+                raise NtklabValueError(
+                    f"parameterization: expected an architecture whose layers with weights are "
+                    f"all Dense (the override applies to Dense only), got {', '.join(other)}"
+                )
+        hidden = width // 2 if zero_output else width
         last_dense = max(i for i, layer in enumerate(self.layers) if layer.has_parameters)
         modules: list[nn.Module] = []
         features: int | None = in_features
         for i, layer in enumerate(self.layers):
-            out = out_features if i == last_dense else width
-            mod = layer.module(features, out, generator=generator, dtype=dtype, device=device)
+            out = out_features if i == last_dense else hidden
+            if isinstance(layer, Dense):
+                role: Literal["input", "hidden", "output", "only"] = (
+                    "only"
+                    if len(dense) == 1
+                    else "input"
+                    if i == dense[0]
+                    else "output"
+                    if i == dense[-1]
+                    else "hidden"
+                )
+                mod = layer.module(
+                    features,
+                    out,
+                    generator=generator,
+                    dtype=dtype,
+                    device=device,
+                    parameterization=parameterization,
+                    role=role,
+                )
+            else:
+                mod = layer.module(features, out, generator=generator, dtype=dtype, device=device)
             modules.append(mod)
             if layer.has_parameters:
-                features = int(getattr(mod, "out_features"))  # noqa: B009
-        return nn.Sequential(*modules)
+                # a module without ``out_features`` leaves the next Dense lazy
+                found = getattr(mod, "out_features", None)
+                features = found if isinstance(found, int) else None
+        net: nn.Module = nn.Sequential(*modules)
+        if zero_output or alpha != 1.0:
+            from ..nets.wrappers import AntisymmetricPair, ScaledOutput
+
+            if zero_output:
+                net = AntisymmetricPair(net)
+            if alpha != 1.0:
+                net = ScaledOutput(net, alpha)
+        return net
 
 
 def _next_diagonal(layer: Layer, diag: KernelState) -> KernelState:
     """Propagate the per-input variances through ``layer`` (the kernel on the diagonal)."""
-    out = layer.propagate(diag, inplace=False)
-    return dataclasses.replace(out, var1=out.cov, var2=out.cov)
+    from .spatial import self_variances
+
+    return self_variances(layer.propagate(diag, inplace=False))
 
 
 def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:

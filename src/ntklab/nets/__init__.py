@@ -1,5 +1,68 @@
-"""Finite-width networks: the modules that ``Architecture.to_torch`` builds."""
+"""Finite-width networks and their training.
 
+- :class:`DenseLayer`, :class:`ElementwiseActivation`: the modules that
+  ``Architecture.to_torch`` builds (NTK, standard and muP parameterizations);
+- :class:`ScaledOutput` (lazy-training scale), :class:`AntisymmetricPair` (zero initial
+  output): wrappers that ``to_torch(alpha=..., zero_output=True)`` applies;
+- :func:`train`: full-batch GD and minibatch SGD in gradient-flow time, logging losses, kernel
+  drift and weight movement;
+- :func:`ensemble`, :func:`train_ensemble`: many independent networks with batched weights,
+  trained together (:func:`stack_modules` for any module, through ``torch.func``).
+"""
+
+from .conv_modules import (
+    AvgPoolLayer,
+    ConvLayer,
+    GlobalAvgPoolLayer,
+    LayerNormLayer,
+    ResidualBlock,
+)
+from .ensemble import (
+    EnsembleDense,
+    EnsembleTraining,
+    MLPEnsemble,
+    ModuleEnsemble,
+    ensemble,
+    stack_modules,
+    train_ensemble,
+)
 from .modules import DenseLayer, ElementwiseActivation
+from .training import (
+    LossName,
+    Normalization,
+    OptimizerFactory,
+    TrainingHistory,
+    TrainingRecord,
+    TrainingRun,
+    data_loss,
+    train,
+)
+from .wrappers import AntisymmetricPair, ScaledOutput, output_scale
 
-__all__ = ["DenseLayer", "ElementwiseActivation"]
+__all__ = [
+    "AntisymmetricPair",
+    "AvgPoolLayer",
+    "ConvLayer",
+    "DenseLayer",
+    "ElementwiseActivation",
+    "EnsembleDense",
+    "EnsembleTraining",
+    "GlobalAvgPoolLayer",
+    "LayerNormLayer",
+    "LossName",
+    "MLPEnsemble",
+    "ModuleEnsemble",
+    "Normalization",
+    "OptimizerFactory",
+    "ResidualBlock",
+    "ScaledOutput",
+    "TrainingHistory",
+    "TrainingRecord",
+    "TrainingRun",
+    "data_loss",
+    "ensemble",
+    "output_scale",
+    "stack_modules",
+    "train",
+    "train_ensemble",
+]

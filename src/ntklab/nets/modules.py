@@ -17,14 +17,27 @@ __all__ = ["DenseLayer", "ElementwiseActivation"]
 
 
 class DenseLayer(LazyModuleMixin, nn.Linear):
-    """A linear layer in NTK or standard parameterization.
+    """A linear layer in NTK, standard or maximal-update (muP) parameterization.
 
-    NTK parameterization: ``weight`` and ``bias`` are unit Gaussian and the forward pass is
+    Every parameterization is written in the abc form of Yang & Hu (arXiv:2011.14522):
+    ``weight`` and ``bias`` are drawn as :math:`N(0, s_W^2)` and :math:`N(0, s_b^2)` and the
+    forward pass multiplies them by constants, :math:`y = m_W x W^T + m_b b`. With
+    :math:`n_{in}` the fan-in, :math:`n` the hidden width and :math:`\\sigma_w, \\sigma_b`
+    the scales, :math:`(m_W, s_W; m_b, s_b)` is
 
-    .. math:: y = \\frac{\\sigma_w}{\\sqrt{n_{in}}} x W^T + \\sigma_b b.
+    - ``"ntk"``: :math:`(\\sigma_w / \\sqrt{n_{in}}, 1;\\ \\sigma_b, 1)`;
+    - ``"standard"``: :math:`(1, \\sigma_w / \\sqrt{n_{in}};\\ 1, \\sigma_b)`;
+    - ``"mup"`` (Table 3 of the paper, SGD with one width-independent learning rate), input
+      layer :math:`(\\sigma_w \\sqrt{n / n_{in}}, n^{-1/2})`, hidden layers
+      :math:`(\\sigma_w, n_{in}^{-1/2})`, readout :math:`(\\sigma_w / \\sqrt{n_{in}},
+      n_{in}^{-1/2})`, every bias :math:`(\\sigma_b \\sqrt{n}, n^{-1/2})`.
 
-    Standard parameterization: :math:`y = x W^T + b` with :math:`W_{ij} \\sim N(0,
-    \\sigma_w^2 / n_{in})` and :math:`b_i \\sim N(0, \\sigma_b^2)`.
+    At initialization ntk and standard give the same function; they differ in their gradients
+    (so in the NTK and in the learning rate that trains them). muP keeps the pre-activations
+    O(1), makes the output :math:`O(n^{-1/2})` at initialization and lets every hidden feature
+    move by O(1) in training: the rich (feature-learning) regime, as opposed to the lazy NTK
+    regime. ``role`` says where the layer sits: ``"input"`` (reads the data), ``"hidden"``,
+    ``"output"`` (the readout), or ``"only"`` (a one-layer network, which muP treats as NTK).
 
     With ``in_features=None`` the weights are created on the first forward call (like
     ``nn.LazyLinear``), drawn from ``generator``.
@@ -39,19 +52,25 @@ class DenseLayer(LazyModuleMixin, nn.Linear):
         *,
         w_std: float = 1.0,
         b_std: float | None = 0.0,
-        parameterization: Literal["ntk", "standard"] = "ntk",
+        parameterization: Literal["ntk", "standard", "mup"] = "ntk",
+        role: Literal["input", "hidden", "output", "only"] = "hidden",
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        if parameterization not in ("ntk", "standard"):
+        if parameterization not in ("ntk", "standard", "mup"):
             raise NtklabValueError(
-                f"parameterization: expected 'ntk' or 'standard', got {parameterization!r}"
+                f"parameterization: expected 'ntk', 'standard' or 'mup', got {parameterization!r}"
+            )
+        if role not in ("input", "hidden", "output", "only"):
+            raise NtklabValueError(
+                f"role: expected 'input', 'hidden', 'output' or 'only', got {role!r}"
             )
         super().__init__(0, 0, bias=b_std is not None, device=device, dtype=dtype)
         self.w_std = float(w_std)
         self.b_std = None if b_std is None else float(b_std)
         self.parameterization = parameterization
+        self.role = role
         self.out_features = out_features
         self._generator = generator
         self.weight = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
@@ -59,6 +78,41 @@ class DenseLayer(LazyModuleMixin, nn.Linear):
             self.bias = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg,assignment]
         if in_features is not None:
             self._materialize(in_features)
+
+    @property
+    def scales(self) -> tuple[float, float, float, float]:
+        """``(weight_multiplier, weight_init_std, bias_multiplier, bias_init_std)``."""
+        if self.has_uninitialized_params() or self.in_features == 0:
+            raise NtklabValueError(
+                "DenseLayer: expected materialized parameters (in_features known), got a lazy "
+                "layer that has not seen an input yet"
+            )
+        n_in, n_out = float(self.in_features), float(self.out_features)
+        w, b = self.w_std, float(self.b_std or 0.0)
+        kind = self.parameterization
+        if kind == "mup" and self.role == "only":
+            kind = "ntk"
+        if kind == "ntk":
+            return w / math.sqrt(n_in), 1.0, b, 1.0
+        if kind == "standard":
+            return 1.0, w / math.sqrt(n_in), 1.0, b
+        width = n_in if self.role == "output" else n_out
+        bias = (b * math.sqrt(width), 1.0 / math.sqrt(width))
+        if self.role == "input":
+            return w * math.sqrt(n_out / n_in), 1.0 / math.sqrt(n_out), *bias
+        if self.role == "hidden":
+            return w, 1.0 / math.sqrt(n_in), *bias
+        return w / math.sqrt(n_in), 1.0 / math.sqrt(n_in), *bias
+
+    @property
+    def weight_multiplier(self) -> float:
+        """:math:`m_W`: the constant the forward pass multiplies ``weight`` by."""
+        return self.scales[0]
+
+    @property
+    def bias_multiplier(self) -> float:
+        """:math:`m_b`: the constant the forward pass multiplies ``bias`` by."""
+        return self.scales[2]
 
     def _materialize(self, in_features: int) -> None:
         self.in_features = in_features
@@ -70,31 +124,30 @@ class DenseLayer(LazyModuleMixin, nn.Linear):
     def reset_parameters(self) -> None:
         if self.has_uninitialized_params() or self.in_features == 0:
             return
+        _, w_init, _, b_init = self.scales
         with torch.no_grad():
-            scale = (
-                1.0 if self.parameterization == "ntk" else self.w_std / math.sqrt(self.in_features)
-            )
-            self.weight.normal_(0.0, 1.0, generator=self._generator).mul_(scale)
+            self.weight.normal_(0.0, 1.0, generator=self._generator).mul_(w_init)
             if self.bias is not None:
-                bscale = 1.0 if self.parameterization == "ntk" else float(self.b_std or 0.0)
-                self.bias.normal_(0.0, 1.0, generator=self._generator).mul_(bscale)
+                self.bias.normal_(0.0, 1.0, generator=self._generator).mul_(b_init)
 
     def initialize_parameters(self, input: Tensor) -> None:
         if self.has_uninitialized_params():
             self._materialize(int(input.shape[-1]))
 
     def forward(self, input: Tensor) -> Tensor:
-        if self.parameterization == "standard":
-            return nn.functional.linear(input, self.weight, self.bias)
-        out = nn.functional.linear(input, self.weight) * (self.w_std / math.sqrt(self.in_features))
+        w_mult, _, b_mult, _ = self.scales
+        out = nn.functional.linear(input, self.weight)
+        if w_mult != 1.0:
+            out = out * w_mult
         if self.bias is not None:
-            out = out + float(self.b_std or 0.0) * self.bias
+            out = out + (self.bias if b_mult == 1.0 else b_mult * self.bias)
         return out
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"w_std={self.w_std}, b_std={self.b_std}, parameterization={self.parameterization}"
+            f"w_std={self.w_std}, b_std={self.b_std}, parameterization={self.parameterization}, "
+            f"role={self.role}"
         )
 
 

@@ -1,0 +1,44 @@
+"""Closed-form training dynamics: gradient flow and descent at any time, for one linearized
+network and for the Gaussian process of an ensemble; kernel ridge regression, GP posteriors,
+linearized models, and a scikit-learn estimator (``KernelRegressor``, imported on first use)."""
+
+from typing import Any
+
+from .descent import Normalization, Schedule, critical_learning_rate, loss_normalizer
+from .function_space import (
+    EnsembleDynamics,
+    Gaussian,
+    LinearizedDynamics,
+    ensemble_dynamics,
+    linearized_dynamics,
+)
+from .inference import RidgeSelection, gp_posterior, kernel_ridge_regression, select_ridge_loo
+from .linearize import LinearizedModel, linearize
+
+__all__ = [
+    "EnsembleDynamics",
+    "Gaussian",
+    "KernelRegressor",
+    "LinearizedDynamics",
+    "LinearizedModel",
+    "Normalization",
+    "RidgeSelection",
+    "Schedule",
+    "critical_learning_rate",
+    "ensemble_dynamics",
+    "gp_posterior",
+    "kernel_ridge_regression",
+    "linearize",
+    "linearized_dynamics",
+    "loss_normalizer",
+    "select_ridge_loo",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # scikit-learn is imported only when its estimator is used.
+    if name == "KernelRegressor":
+        from .estimator import KernelRegressor
+
+        return KernelRegressor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
