@@ -27,7 +27,7 @@ def test_tiny_run_records_the_four_accuracies(tmp_path: Path) -> None:
         metrics["cntk_gap_accuracy"] >= metrics["mlp_ntk_accuracy"]
     )
     arrays = np.load(result.run_dir / "arrays.npz")
-    assert arrays["cnn_losses"].shape == (5,)
+    assert arrays["cnn_losses"].shape == (6,)  # logged at steps 0..5
     assert (result.run_dir / "cntk_vs_cnn.png").exists()
 
 
