@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import UninitializedParameter
 
 from .._checks import check_nonnegative, check_positive_int
+from ..dynamics.descent import Normalization
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from .wrappers import output_scale
 
@@ -59,7 +60,6 @@ __all__ = [
 ]
 
 LossName = Literal["mse", "hinge"]
-Normalization = Literal["mean", "sum"]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 """Builds the optimizer from the trainable parameters, e.g.
 ``lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)``."""
