@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ntklab._checks import check_inputs
 from ntklab.empirical import functional_model, ntk
-from ntklab.empirical.monte_carlo import _check_architecture, _per_network_kernels
+from ntklab.empirical.monte_carlo import check_architecture, per_network_kernels
 from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.kernels.layers import Architecture, Layer
 
@@ -131,7 +131,7 @@ def ntk_sup_distance(
     >>> d.shape, bool(d[1].median() < d[0].median())
     (torch.Size([2, 5]), True)
     """
-    architecture = _check_architecture(arch)
+    architecture = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
     a, b = check_inputs(x1, x2)
@@ -177,7 +177,7 @@ def ntk_sup_distance(
                 theta = ntk(net, a, b).detach()  # shape: (n1, n2)
                 result[w, s] = (theta - analytic).abs().max() / scale
             continue
-        kernels = _per_network_kernels(fm, a, b)
+        kernels = per_network_kernels(fm, a, b)
         done = 0
         with torch.no_grad():
             while done < seeds:

@@ -27,7 +27,13 @@ from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.layers import Architecture, Layer, serial
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 
-__all__ = ["MonteCarloKernel", "monte_carlo_kernel", "nngp"]
+__all__ = [
+    "MonteCarloKernel",
+    "check_architecture",
+    "monte_carlo_kernel",
+    "nngp",
+    "per_network_kernels",
+]
 
 _OUTPUTS = ("trace", "full", "diagonal")
 _DEFAULT_MAX_MEMORY = 2**28  # bytes of per-network Jacobians held at once
@@ -243,7 +249,7 @@ def monte_carlo_kernel(
     >>> mc.ntk.shape, mc.n_samples
     (torch.Size([3, 3]), 8)
     """
-    arch = _check_architecture(arch)
+    arch = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
     a, b = check_inputs(x1, x2)
@@ -278,7 +284,7 @@ def monte_carlo_kernel(
         n_rows = a.shape[0] + (0 if b is None else b.shape[0])
         per_net = 3 * n_rows * out_features * fm.n_params * _itemsize(dtype)
         batch_size = max(1, min(n_samples, _DEFAULT_MAX_MEMORY // max(per_net, 1)))
-    kernels = _per_network_kernels(fm, a, b)
+    kernels = per_network_kernels(fm, a, b)
 
     nngp_moments: _Moments | None = None
     ntk_moments: _Moments | None = None
@@ -311,7 +317,8 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _check_architecture(arch: object) -> Architecture:
+def check_architecture(arch: object) -> Architecture:
+    """Return ``arch`` as an architecture with parameters (a layer becomes ``serial(layer)``)."""
     if isinstance(arch, Layer):
         arch = serial(arch)
     if not isinstance(arch, Architecture):
@@ -326,7 +333,7 @@ def _check_architecture(arch: object) -> Architecture:
     return arch
 
 
-def _per_network_kernels(
+def per_network_kernels(
     fm: FunctionalModel, x1: Tensor, x2: Tensor | None
 ) -> Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]]:
     """A function of stacked parameters ``name -> (b, *shape)`` returning each network's
