@@ -242,3 +242,23 @@ def test_ntk_network_kernel_approaches_the_infinite_width_kernel(gen: torch.Gene
         )
         errors.append(float(torch.linalg.norm(ntk(net, x) - limit) / torch.linalg.norm(limit)))
     assert errors[1] < 0.06 and errors[1] < 0.5 * errors[0], errors
+
+
+def test_mup_tangent_kernel_stays_order_one_across_width() -> None:
+    # muP with one width-independent learning rate needs an O(1) NTK; a readout bias scaled
+    # like the hidden biases would make it grow linearly with the width.
+    arch = nl.serial(
+        nl.Dense(1.4, 0.1), nl.Relu(), nl.Dense(1.4, 0.1), nl.Relu(), nl.Dense(1.4, 0.1)
+    )
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    top = []
+    for width in (64, 1024):
+        net = arch.to_torch(
+            width,
+            in_features=3,
+            parameterization="mup",
+            dtype=torch.float64,
+            generator=torch.Generator().manual_seed(0),
+        )
+        top.append(float(torch.linalg.eigvalsh(nl.empirical.ntk(net, x))[-1]))
+    assert 0.5 < top[1] / top[0] < 1.5, top

@@ -30,7 +30,9 @@ class DenseLayer(LazyModuleMixin, nn.Linear):
     - ``"mup"`` (Table 3 of the paper, SGD with one width-independent learning rate), input
       layer :math:`(\\sigma_w \\sqrt{n / n_{in}}, n^{-1/2})`, hidden layers
       :math:`(\\sigma_w, n_{in}^{-1/2})`, readout :math:`(\\sigma_w / \\sqrt{n_{in}},
-      n_{in}^{-1/2})`, every bias :math:`(\\sigma_b \\sqrt{n}, n^{-1/2})`.
+      n_{in}^{-1/2})`, the biases of hidden layers :math:`(\\sigma_b \\sqrt{n}, n^{-1/2})`
+      (fan-in 1, fan-out n, like input weights) and the readout bias as in ``"ntk"`` (finite
+      fan-in and fan-out).
 
     At initialization ntk and standard give the same function; they differ in their gradients
     (so in the NTK and in the learning rate that trains them). muP keeps the pre-activations
@@ -96,13 +98,13 @@ class DenseLayer(LazyModuleMixin, nn.Linear):
             return w / math.sqrt(n_in), 1.0, b, 1.0
         if kind == "standard":
             return 1.0, w / math.sqrt(n_in), 1.0, b
-        width = n_in if self.role == "output" else n_out
-        bias = (b * math.sqrt(width), 1.0 / math.sqrt(width))
+        if self.role == "output":
+            # The readout bias has finite fan-in and fan-out: muP leaves it as in NTK.
+            return w / math.sqrt(n_in), 1.0 / math.sqrt(n_in), b, 1.0
+        bias = (b * math.sqrt(n_out), 1.0 / math.sqrt(n_out))
         if self.role == "input":
             return w * math.sqrt(n_out / n_in), 1.0 / math.sqrt(n_out), *bias
-        if self.role == "hidden":
-            return w, 1.0 / math.sqrt(n_in), *bias
-        return w / math.sqrt(n_in), 1.0 / math.sqrt(n_in), *bias
+        return w, 1.0 / math.sqrt(n_in), *bias
 
     @property
     def weight_multiplier(self) -> float:
