@@ -269,3 +269,50 @@ def test_custom_forward_is_rejected() -> None:
         from_torch(Net())
     with pytest.raises(NtklabTypeError, match=r"module: expected a torch\.nn\.Module"):
         from_torch("net")  # type: ignore[arg-type]
+
+
+class _TracedBlock(nn.Module):
+    """A residual block written the usual way: forward is x + c * branch(x)."""
+
+    def __init__(self, width: int, scale: float | None) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, width)
+        self.act = nn.Tanh()
+        self.fc2 = nn.Linear(width, width)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        branch = self.fc2(self.act(self.fc1(x)))
+        return x + branch if self.scale is None else x + self.scale * branch
+
+
+@pytest.mark.parametrize("scale", [None, 0.5])
+def test_residual_modules_with_their_own_forward_are_read_by_tracing(scale: float | None) -> None:
+    model = nn.Sequential(nn.Linear(3, 8), _TracedBlock(8, scale), nn.ReLU(), nn.Linear(8, 1))
+    read = from_torch(model)
+    block = read.layers[1]
+    assert isinstance(block, Residual)
+    assert block.scale == (1.0 if scale is None else scale)
+    same = from_torch(
+        nn.Sequential(
+            nn.Linear(3, 8),
+            ResidualBlock(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)), scale or 1.0),
+            nn.ReLU(),
+            nn.Linear(8, 1),
+        )
+    )
+    x = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(read.kernel(x).ntk, same.kernel(x).ntk, rtol=1e-12, atol=0)
+
+
+def test_traced_forward_that_is_not_a_residual_chain_is_rejected() -> None:
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.tanh(self.fc(x)) * x  # not x + c * chain(x)
+
+    with pytest.raises(NtklabValueError, match=r"Gate at path '1': it has its own forward"):
+        from_torch(nn.Sequential(nn.Linear(3, 4), Gate()))

@@ -23,7 +23,10 @@ sums over infinitely many units); the first layer's pre-activations are sums ove
 input's fan-in only, so the uniform weights make them Gaussian only approximately (the
 relative error of the first activation's dual is of order :math:`1/n_{in}`).
 
-Dropout is read at inference (``model.eval()``), where it is the identity.
+Dropout is read at inference (``model.eval()``), where it is the identity. A module with its
+own ``forward`` is read when ``torch.fx`` traces it to a residual block, ``x + branch(x)`` or
+``x + c * branch(x)`` with ``branch`` a chain of submodules (each read as above); any other
+forward code is an error that names the module.
 """
 
 from __future__ import annotations
@@ -178,7 +181,13 @@ class _Reader:
             elif isinstance(mod, nn.MaxPool1d | nn.MaxPool2d | nn.AdaptiveMaxPool2d):
                 why = "max pooling has no closed-form kernel"
             elif type(mod).forward is not nn.Module.forward and not isinstance(mod, nn.Sequential):
-                why = "it has its own forward code, which cannot be read"
+                traced = _traced_residual(mod)
+                if traced is not None:
+                    return self._traced(mod, path, rank, *traced)
+                why = (
+                    "it has its own forward code, which cannot be read (only x + branch(x) and "
+                    "x + c * branch(x) with a chain of submodules are)"
+                )
             raise _unsupported(mod, path, why)
         return handler(mod, path, rank)
 
@@ -230,6 +239,23 @@ class _Reader:
         if out_rank != rank and rank is not None:
             raise _unsupported(mod, path, "its branch changes the shape of its input")
         return [Residual(tuple(branch), float(mod.scale))], out_rank
+
+    def _traced(
+        self, mod: nn.Module, path: str, rank: _Rank, names: list[str], scale: float
+    ) -> tuple[list[Layer], _Rank]:
+        """A residual module read from its traced forward: ``x + scale * chain(x)``."""
+        layers: list[Layer] = []
+        out_rank = rank
+        for name in names:
+            sub, out_rank = self.read(
+                mod.get_submodule(name), f"{path}.{name}" if path else name, out_rank
+            )
+            layers.extend(sub)
+        if not layers:
+            raise _unsupported(mod, path, "its residual branch is empty")
+        if out_rank != rank and rank is not None:
+            raise _unsupported(mod, path, "its branch changes the shape of its input")
+        return [Residual(tuple(layers), scale)], out_rank
 
     # ------------------------------------------------------------------ layers with weights
     def _linear(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
@@ -419,3 +445,65 @@ def _require_rank(
         f"{rank}-D images",
     )
     raise _unsupported(mod, path, f"it receives {got} here and {why}")
+
+
+def _traced_residual(mod: nn.Module) -> tuple[list[str], float] | None:
+    """``(submodule names, scale)`` when ``mod.forward`` is ``x + scale * m_k(...m_1(x))``.
+
+    The forward is traced symbolically (``torch.fx``); any other graph (several inputs,
+    branches that are not a chain of submodules, functions other than the sum and a constant
+    scale) gives None.
+    """
+    import operator
+
+    import torch
+    from torch import fx
+
+    try:
+        graph = fx.symbolic_trace(mod).graph
+    except Exception:
+        return None
+    nodes = list(graph.nodes)
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    outputs = [n for n in nodes if n.op == "output"]
+    if len(inputs) != 1 or len(outputs) != 1:
+        return None
+    x = inputs[0]
+    total = outputs[0].args[0]
+    if not isinstance(total, fx.Node) or total.target not in (operator.add, torch.add, "add"):
+        return None
+    if len(total.args) != 2 or total.kwargs:
+        return None
+    left, right = total.args
+    branch = right if left is x else left if right is x else None
+    if not isinstance(branch, fx.Node):
+        return None
+    scale = 1.0
+    if branch.op in ("call_function", "call_method") and branch.target in (
+        operator.mul,
+        torch.mul,
+        "mul",
+    ):
+        a, b = branch.args
+        if isinstance(a, int | float) and isinstance(b, fx.Node):
+            scale, branch = float(a), b
+        elif isinstance(b, int | float) and isinstance(a, fx.Node):
+            scale, branch = float(b), a
+        else:
+            return None
+    names: list[str] = []
+    node: object = branch
+    while node is not x:
+        if not isinstance(node, fx.Node) or node.op != "call_module" or len(node.args) != 1:
+            return None
+        if node.kwargs or len(node.users) != 1:
+            return None
+        names.append(str(node.target))
+        node = node.args[0]
+    used = {n for n in nodes if n.op not in ("placeholder", "output")}
+    expected = {total} | {n for n in nodes if n.op == "call_module" and str(n.target) in names}
+    if branch is not total.args[0] and branch is not total.args[1]:
+        expected |= {n for n in nodes if n.target in (operator.mul, torch.mul, "mul")}
+    if used != expected:
+        return None
+    return names[::-1], scale
