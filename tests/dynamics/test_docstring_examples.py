@@ -16,6 +16,7 @@ import pytest
         "ntklab.dynamics.inference",
         "ntklab.dynamics.linearize",
         "ntklab.dynamics.estimator",
+        "ntklab.dynamics.early_stopping",
     ],
 )
 def test_docstring_examples(module: str) -> None:

@@ -5,6 +5,11 @@ linearized models, and a scikit-learn estimator (``KernelRegressor``, imported o
 from typing import Any
 
 from .descent import Normalization, Schedule, critical_learning_rate, loss_normalizer
+from .early_stopping import (
+    early_stopping_time,
+    kernel_gd_coefficients_s1,
+    kernel_gd_excess_risk_s1,
+)
 from .function_space import (
     EnsembleDynamics,
     Gaussian,
@@ -25,8 +30,11 @@ __all__ = [
     "RidgeSelection",
     "Schedule",
     "critical_learning_rate",
+    "early_stopping_time",
     "ensemble_dynamics",
     "gp_posterior",
+    "kernel_gd_coefficients_s1",
+    "kernel_gd_excess_risk_s1",
     "kernel_ridge_regression",
     "linearize",
     "linearized_dynamics",

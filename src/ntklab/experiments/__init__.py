@@ -28,6 +28,12 @@ from .runner import run_dir_for, run_experiment
 # effect), e.g. `from . import spectrum_s1`.
 # ---------------------------------------------------------------------------------------------
 from . import spectrum_s1  # noqa: F401
+from . import kernel_rates  # noqa: F401
+from . import network_rates  # noqa: F401
+from . import ntk_concentration  # noqa: F401
+from . import double_descent  # noqa: F401
+from . import flow_equals_krr  # noqa: F401
+from . import lazy_training  # noqa: F401
 from . import cntk_vs_cnn  # noqa: F401
 
 __all__ = [

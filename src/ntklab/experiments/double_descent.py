@@ -1,0 +1,344 @@
+"""C1 ``double-descent``: the interpolation peak of min-norm regression, and ridge removing it.
+
+Claim (CLAIMS.md C1, seed 002 section 1.2.1): (a) isotropic min-norm linear regression follows
+the exact asymptotic risk of Hastie, Montanari, Rosset & Tibshirani (arXiv:1903.08560),
+
+.. math:: R(\\gamma) = \\sigma^2\\frac{\\gamma}{1-\\gamma}\\ (\\gamma < 1), \\qquad
+          R(\\gamma) = r^2\\Big(1 - \\frac1\\gamma\\Big) + \\frac{\\sigma^2}{\\gamma - 1}
+          \\ (\\gamma > 1), \\qquad \\gamma = p/n;
+
+(b) min-norm random ReLU features regression has its test error peak at :math:`P \\approx N`
+(Belkin et al. arXiv:1812.11118, Mei & Montanari arXiv:1908.05355), and the optimal ridge
+removes the peak.
+
+Data, computation, measurement, verdict, figure:
+
+1. (a) for each :math:`\\gamma` off :math:`[0.9, 1.1]`, the mean excess risk of ``repeats``
+   draws of :func:`~ntklab.analysis.min_norm_linear_regression_risk` against
+   :func:`~ntklab.analysis.min_norm_risk`; ridge at :func:`~ntklab.analysis.optimal_ridge` is
+   simulated alongside and compared with :func:`~ntklab.analysis.optimal_ridge_risk`;
+2. (b) Gaussian inputs, a linear-plus-quadratic target with label noise; for each repetition
+   fresh data, and for each :math:`P` a fresh draw of the features
+   (:func:`~ntklab.analysis.random_features_risk`, min-norm and a grid of ridges, excess risk
+   on clean test targets);
+3. (b) the peak of the median min-norm risk over repetitions (the mean is dominated by rare
+   blow-ups at :math:`P = N`), and the optimal-ridge curve: for each :math:`P` the smallest
+   median risk over the ridge grid (an oracle choice on the test set, as in the theory);
+   "removes the peak" is read as that curve never rising by more than 3% as :math:`P` grows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from ..analysis import (
+    min_norm_linear_regression_risk,
+    min_norm_risk,
+    optimal_ridge,
+    optimal_ridge_risk,
+    random_features_risk,
+)
+from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+
+__all__ = ["DoubleDescentConfig", "rf_data"]
+
+LINEAR_TOL = 0.10
+EXCLUDED = (0.9, 1.1)
+PEAK_RANGE = (0.8, 1.25)
+MONOTONE_TOL = 0.03
+
+
+class DoubleDescentConfig(ExperimentConfig):
+    """Grid of ``double-descent``."""
+
+    # (a) isotropic linear regression
+    n: int = 250
+    gammas: tuple[float, ...] = (
+        0.1,
+        0.2,
+        0.3,
+        0.5,
+        0.7,
+        0.8,
+        0.85,
+        0.95,
+        1.05,
+        1.2,
+        1.3,
+        1.5,
+        2.0,
+        3.0,
+        4.0,
+    )
+    r2: float = 1.0
+    sigma2: float = 0.5
+    repeats: int = 30
+    # (b) random ReLU features
+    rf_n: int = 200
+    rf_dim: int = 30
+    rf_n_test: int = 1000
+    rf_noise: float = 0.5
+    rf_ratios: tuple[float, ...] = (
+        0.1,
+        0.2,
+        0.3,
+        0.5,
+        0.7,
+        0.8,
+        0.9,
+        0.95,
+        1.0,
+        1.05,
+        1.1,
+        1.25,
+        1.5,
+        2.0,
+        3.0,
+        5.0,
+        10.0,
+    )
+    rf_ridges: tuple[float, ...] = tuple(float(v) for v in np.logspace(-5, 1, 13))
+    rf_repeats: int = 20
+
+
+def rf_data(
+    n: int, n_test: int, dim: int, noise: float, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x ~ N(0, I_d)``, :math:`f^*(x) = \\beta^\\top x/\\sqrt d + x_1 x_2 / 2` with
+    :math:`\\|\\beta\\|^2 = d`, noisy training labels and clean test targets (so the test
+    MSE is the excess risk)."""
+    x = torch.randn(n + n_test, dim, dtype=torch.float64, generator=gen)
+    beta = torch.randn(dim, dtype=torch.float64, generator=gen)
+    beta = beta / beta.norm() * math.sqrt(dim)
+    f = x @ beta / math.sqrt(dim) + 0.5 * x[:, 0] * x[:, 1]
+    y = f[:n] + noise * torch.randn(n, dtype=torch.float64, generator=gen)
+    return x[:n], y, x[n:], f[n:]
+
+
+def run(config: DoubleDescentConfig, ctx: RunContext) -> Outcome:
+    metrics: list[Metric] = []
+    # (a) isotropic linear regression against the exact curve
+    gen = ctx.generator("linear")
+    gammas = np.array(config.gammas)
+    sim_mean, sim_median, sim_err, theory, ridge_sim = [], [], [], [], []
+    for i, g in enumerate(gammas):
+        p = max(1, round(g * config.n))
+        sim = min_norm_linear_regression_risk(
+            config.n,
+            p,
+            r2=config.r2,
+            sigma2=config.sigma2,
+            repeats=config.repeats,
+            generator=gen,
+        )
+        lam = float(optimal_ridge(p / config.n, r2=config.r2, sigma2=config.sigma2))
+        ridge = min_norm_linear_regression_risk(
+            config.n,
+            p,
+            r2=config.r2,
+            sigma2=config.sigma2,
+            repeats=config.repeats,
+            ridge=lam,
+            generator=gen,
+        )
+        sim_mean.append(sim.mean)
+        sim_median.append(sim.median)
+        sim_err.append(sim.stderr)
+        ridge_sim.append(ridge.mean)
+        theory.append(float(min_norm_risk(p / config.n, r2=config.r2, sigma2=config.sigma2)))
+        ctx.progress(0.4 * (i + 1) / len(gammas), f"linear regression, gamma = {g:g}")
+    ridge_theory = optimal_ridge_risk(
+        torch.tensor(gammas), r2=config.r2, sigma2=config.sigma2
+    ).numpy()
+    rel = np.abs(np.array(sim_mean) / np.array(theory) - 1)
+    away = (gammas < EXCLUDED[0]) | (gammas > EXCLUDED[1])
+    worst = int(np.argmax(np.where(away, rel, -1.0)))
+    linear_ok = bool(rel[away].max() <= LINEAR_TOL)
+    ridge_rel = np.abs(np.array(ridge_sim) / ridge_theory - 1)
+    metrics.append(
+        Metric(
+            "linear_max_relative_error",
+            float(rel[away].max()),
+            predicted=f"<= {LINEAR_TOL}",
+            note=f"mean of {config.repeats} draws, n = {config.n}, worst at gamma = "
+            f"{gammas[worst]:g}; gamma in [0.9, 1.1] excluded",
+        )
+    )
+    rel_err = np.array(sim_err) / np.array(theory)
+    metrics.append(
+        Metric(
+            "linear_relative_stderr_max",
+            float(rel_err[away].max()),
+            note="Monte Carlo standard error of the simulated means, relative to the formula",
+        )
+    )
+    metrics.append(
+        Metric(
+            "linear_optimal_ridge_max_relative_error",
+            float(ridge_rel.max()),
+            note="simulated ridge at lambda* = sigma^2 gamma / r^2 vs formula",
+        )
+    )
+
+    # (b) random ReLU features
+    n = config.rf_n
+    ratios = np.array(config.rf_ratios)
+    ridges = (0.0, *config.rf_ridges)
+    risks = np.empty((config.rf_repeats, len(ratios), len(ridges)))
+    data_gen, feat_gen = ctx.generator("rf-data"), ctx.generator("rf-features")
+    for r in range(config.rf_repeats):
+        x, y, xt, ft = rf_data(n, config.rf_n_test, config.rf_dim, config.rf_noise, data_gen)
+        for j, q in enumerate(ratios):
+            out = random_features_risk(
+                x,
+                y,
+                xt,
+                ft,
+                n_features=max(1, round(q * n)),
+                ridges=ridges,
+                generator=feat_gen,
+            )
+            risks[r, j] = out.risks[0].numpy()
+        ctx.progress(0.4 + 0.6 * (r + 1) / config.rf_repeats, f"random features, rep {r + 1}")
+    median = np.median(risks, axis=0)  # shape: (ratios, ridges)
+    min_norm = median[:, 0]
+    best = median[:, 1:].min(axis=1)
+    best_ridge = np.array(config.rf_ridges)[median[:, 1:].argmin(axis=1)]
+    peak = float(ratios[int(np.argmax(min_norm))])
+    per_rep_peaks = ratios[np.argmax(risks[:, :, 0], axis=1)]
+    rises = best[1:] / best[:-1] - 1
+    peak_ok = PEAK_RANGE[0] <= peak <= PEAK_RANGE[1]
+    monotone_ok = bool(rises.max() <= MONOTONE_TOL)
+    at_one = int(np.argmin(np.abs(ratios - 1.0)))
+    metrics += [
+        Metric(
+            "rf_peak_ratio",
+            peak,
+            predicted=f"in [{PEAK_RANGE[0]}, {PEAK_RANGE[1]}]",
+            note=f"argmax of the median min-norm test risk over {config.rf_repeats} "
+            f"repetitions, N = {n}",
+        ),
+        Metric(
+            "rf_peak_in_range_fraction",
+            float(np.mean((per_rep_peaks >= PEAK_RANGE[0]) & (per_rep_peaks <= PEAK_RANGE[1]))),
+            note="share of single repetitions whose own peak lies in the range",
+        ),
+        Metric(
+            "rf_optimal_ridge_max_rise",
+            float(rises.max()),
+            predicted=f"<= {MONOTONE_TOL} (no peak)",
+            note="largest relative increase of the optimal-ridge median risk between consecutive P",
+        ),
+        Metric("rf_min_norm_risk_at_P_eq_N", float(min_norm[at_one])),
+        Metric(
+            "rf_optimal_ridge_risk_at_P_eq_N",
+            float(best[at_one]),
+            note=f"ridge {best_ridge[at_one]:.2g} (penalty n lambda ||a||^2)",
+        ),
+        Metric("rf_min_norm_risk_at_largest_P", float(min_norm[-1])),
+    ]
+
+    fig = Figure(figsize=(11.0, 4.2))
+    ax1, ax2 = fig.subplots(1, 2)
+    dense = np.concatenate([np.linspace(0.05, 0.97, 60), np.linspace(1.03, 6.0, 80)])
+    curve = min_norm_risk(torch.tensor(dense), r2=config.r2, sigma2=config.sigma2).numpy()
+    ax1.plot(dense, curve, "k-", lw=1, label="Hastie et al. formula (min-norm)")
+    ax1.plot(gammas, sim_mean, "o", ms=4, label=f"simulated mean, n={config.n}")
+    ax1.plot(gammas, ridge_theory, "C1-", lw=1, label="formula, optimal ridge")
+    ax1.plot(gammas, ridge_sim, "s", color="C1", ms=3, label="simulated, optimal ridge")
+    ax1.axvspan(*EXCLUDED, color="0.9")
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel=r"$\gamma = p/n$",
+        ylabel="excess risk",
+        title=f"(a) isotropic linear regression, max rel. error {rel[away].max():.3f}",
+    )
+    ax1.xaxis.set_minor_formatter(NullFormatter())
+    ax1.legend(fontsize=7)
+    ax2.loglog(ratios, min_norm, "o-", ms=4, label="min-norm (median)")
+    ax2.loglog(ratios, best, "s-", ms=3, label="optimal ridge (median)")
+    ax2.axvspan(*PEAK_RANGE, color="0.92")
+    ax2.axvline(1.0, color="k", ls=":", lw=0.8)
+    ax2.set(
+        xlabel="P / N",
+        ylabel="test excess risk",
+        title=f"(b) random ReLU features, N={n}, peak at P/N={peak:g}",
+    )
+    ax2.xaxis.set_minor_formatter(NullFormatter())
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+
+    summary = (
+        f"(a) linear min-norm vs exact curve: max relative error {rel[away].max():.3f} "
+        f"(predicted <= {LINEAR_TOL}) at gamma = {gammas[worst]:g}; (b) random features: "
+        f"median min-norm peak at P/N = {peak:g} (predicted in [{PEAK_RANGE[0]}, "
+        f"{PEAK_RANGE[1]}]), risk {min_norm[at_one]:.3g} at P = N vs {best[at_one]:.3g} with "
+        f"optimal ridge, whose curve rises by at most {100 * rises.max():.1f}% "
+        f"(predicted <= {100 * MONOTONE_TOL:g}%: no peak)"
+    )
+    return Outcome(
+        metrics=tuple(metrics),
+        passed=linear_ok and peak_ok and monotone_ok,
+        summary=summary,
+        figures={"double_descent": fig},
+        arrays={
+            "gammas": gammas,
+            "linear_mean": np.array(sim_mean),
+            "linear_median": np.array(sim_median),
+            "linear_stderr": np.array(sim_err),
+            "linear_theory": np.array(theory),
+            "linear_ridge_mean": np.array(ridge_sim),
+            "linear_ridge_theory": ridge_theory,
+            "rf_ratios": ratios,
+            "rf_ridges": np.array(ridges),
+            "rf_risks": risks,
+            "rf_min_norm_median": min_norm,
+            "rf_optimal_ridge_median": best,
+        },
+        notes=(
+            "excess risks: test targets are noiseless",
+            "optimal ridge in (b) is an oracle: the grid value with the smallest median test "
+            "risk at each P",
+        ),
+    )
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="double-descent",
+        claim_id="C1",
+        claim=(
+            "Isotropic min-norm linear regression matches the exact double-descent risk curve "
+            "of Hastie et al. 2019; min-norm random ReLU features regression peaks at P = N "
+            "and the optimal ridge removes the peak."
+        ),
+        criterion=(
+            "(a) simulated mean risk within 10% of sigma^2 g/(1-g) (g < 1), r^2 (1 - 1/g) + "
+            "sigma^2/(g - 1) (g > 1) for g = p/n outside [0.9, 1.1]; (b) the median min-norm "
+            "test risk peaks at P/N in [0.8, 1.25], and the optimal-ridge median risk never "
+            "rises by more than 3% between consecutive P"
+        ),
+        config_type=DoubleDescentConfig,
+        scales={
+            "tiny": {
+                "n": 60,
+                "gammas": (0.3, 0.5, 2.0, 3.0),
+                "repeats": 8,
+                "rf_n": 40,
+                "rf_n_test": 200,
+                "rf_ratios": (0.5, 0.9, 1.0, 1.1, 2.0),
+                "rf_ridges": (1e-3, 1e-2, 1e-1),
+                "rf_repeats": 4,
+            },
+            "quick": {},
+            "paper": {"n": 1000, "repeats": 100, "rf_n": 500, "rf_repeats": 50},
+        },
+        run=run,
+    )
+)

@@ -1,0 +1,227 @@
+"""B1 ``kernel-rates``: early-stopped kernel gradient descent attains the minimax rate on S^1.
+
+Claim (CLAIMS.md B1, seed 001): on :math:`S^1` the ReLU NTK has capacity
+:math:`\\gamma = 1/2` (eigenvalues :math:`\\lambda_i \\sim i^{-2}`); for a target with source
+condition :math:`\\beta`, kernel gradient descent stopped at :math:`t \\sim
+n^{1/(2\\beta+\\gamma)}` has excess risk :math:`n^{-2\\beta/(2\\beta+\\gamma)}` (Yao et al.
+2007; Lin & Rosasco 2017, arXiv:1605.08882).
+
+Data, computation, measurement, verdict, figure:
+
+1. the NTK of ``depth x [Dense, Relu] + Dense`` on the unit circle, its eigenvalues
+   :math:`\\mu_0..\\mu_K` by FFT and its capacity :math:`\\gamma` fitted on them
+   (:func:`~ntklab.data.estimate_capacity`);
+2. per seed, a unit-norm target with :math:`c_k^2 \\propto \\mu_k^{2\\beta}/k` and random
+   signs (:func:`~ntklab.data.source_condition_target`), ``n`` uniform inputs, labels with
+   Gaussian noise;
+3. kernel gradient flow from zero stopped at :math:`\\tau = c\\, n^{1/(2\\beta+\\gamma)}`
+   (:func:`~ntklab.dynamics.early_stopping.early_stopping_time`), its exact excess risk from
+   the Fourier coefficients (:func:`~ntklab.dynamics.early_stopping.kernel_gd_excess_risk_s1`,
+   the Mercer-truncated kernel at frequency ``K``); also the oracle risk, the minimum over a
+   grid of stopping times around :math:`\\tau`;
+4. the slope of the seed-averaged risk against ``n`` in log-log, with a seed-bootstrap
+   interval (:func:`~ntklab.analysis.fit_power_law_bootstrap`); PASS when it lies within 0.1
+   of :math:`-2\\beta/(2\\beta+\\gamma)` for every :math:`\\beta`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from .. import kernels as nk
+from ..analysis import fit_power_law_bootstrap
+from ..data import (
+    SourceConditionTarget,
+    TrigPolynomial,
+    source_condition_target,
+    uniform_circle,
+)
+from ..dynamics.early_stopping import early_stopping_time, kernel_gd_excess_risk_s1
+from ..kernels.sphere import circle_eigenvalues, profile_from_architecture
+from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+
+__all__ = ["KernelRatesConfig", "kernel_spectrum", "seed_risks"]
+
+TOLERANCE = 0.1
+CLAIM_GAMMA = 0.5
+
+
+class KernelRatesConfig(ExperimentConfig):
+    """Grid of ``kernel-rates``."""
+
+    depth: int = 2
+    w_std: float = math.sqrt(2.0)
+    b_std: float = 0.0
+    n_frequencies: int = 256
+    betas: tuple[float, ...] = (0.5, 1.0)
+    sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
+    n_seeds: int = 20
+    noise_sd: float = 0.5
+    stop_scale: float = 1.0
+    oracle_span: float = 1.5
+    oracle_times: int = 13
+    n_boot: int = 1000
+
+
+def kernel_spectrum(config: KernelRatesConfig) -> torch.Tensor:
+    """Eigenvalues :math:`\\mu_0..\\mu_K` of the ReLU NTK of the config on the unit circle."""
+    block = nk.serial(nk.Dense(config.w_std, config.b_std), nk.Relu())
+    arch = nk.serial(*([block] * config.depth), nk.Dense(config.w_std, config.b_std))
+    profile = profile_from_architecture(arch, 2, "ntk")
+    grid = max(16384, 64 * (config.n_frequencies + 1))
+    with torch.no_grad():
+        return circle_eigenvalues(profile, config.n_frequencies, grid=grid)
+
+
+def seed_risks(
+    target: SourceConditionTarget,
+    mu: torch.Tensor,
+    sizes: tuple[int, ...],
+    beta: float,
+    config: KernelRatesConfig,
+    gen: torch.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Excess risks at the stopping rule and oracle (best on the time grid), one per size."""
+    rule = np.empty(len(sizes))
+    oracle = np.empty(len(sizes))
+    factors = np.logspace(-config.oracle_span, config.oracle_span, config.oracle_times)
+    assert isinstance(target.function, TrigPolynomial)  # a target on S^1
+    table = target.function.coefficients
+    for j, n in enumerate(sizes):
+        angles, _ = uniform_circle(n, generator=gen)
+        noise = torch.randn(n, generator=gen, dtype=torch.float64)
+        y = target(angles) + config.noise_sd * noise
+        tau = early_stopping_time(n, beta, target.gamma, config.stop_scale)
+        times = torch.tensor([tau, *(tau * factors)], dtype=torch.float64)
+        risks = kernel_gd_excess_risk_s1(angles, y, mu, table, times)
+        rule[j] = float(risks[0])
+        oracle[j] = float(risks[1:].min())
+    return rule, oracle
+
+
+def run(config: KernelRatesConfig, ctx: RunContext) -> Outcome:
+    mu = kernel_spectrum(config)
+    sizes = config.sizes
+    metrics: list[Metric] = []
+    arrays: dict[str, np.ndarray] = {"eigenvalues": mu.numpy(), "sizes": np.array(sizes)}
+    ok: list[bool] = []
+    parts: list[str] = []
+    fig = Figure(figsize=(6.0, 4.4))
+    ax = fig.subplots()
+    jobs = len(config.betas) * config.n_seeds
+    gamma = math.nan
+    for b, beta in enumerate(config.betas):
+        gen = ctx.generator(f"beta={beta:g}")
+        rule = np.empty((config.n_seeds, len(sizes)))
+        oracle = np.empty_like(rule)
+        for s in range(config.n_seeds):
+            target = source_condition_target(mu, beta, generator=gen)
+            rule[s], oracle[s] = seed_risks(target, mu, sizes, beta, config, gen)
+            ctx.progress((b * config.n_seeds + s + 1) / jobs, f"beta {beta:g}, seed {s}")
+        gamma, predicted = target.gamma, target.predicted_rate
+        fit = fit_power_law_bootstrap(sizes, rule, n_boot=config.n_boot, generator=ctx.seed)
+        ofit = fit_power_law_bootstrap(sizes, oracle, n_boot=config.n_boot, generator=ctx.seed)
+        passed = abs(fit.slope - predicted) <= TOLERANCE
+        ok.append(passed)
+        claim_rate = -2 * beta / (2 * beta + CLAIM_GAMMA)
+        metrics += [
+            Metric(
+                f"slope[beta={beta:g}]",
+                fit.slope,
+                fit.ci_low,
+                fit.ci_high,
+                predicted=f"{predicted:.3f} +- {TOLERANCE}",
+                note=f"mean over {config.n_seeds} seeds, stopping rule; gamma = 1/2 gives "
+                f"{claim_rate:.3f}",
+            ),
+            Metric(
+                f"oracle_slope[beta={beta:g}]",
+                ofit.slope,
+                ofit.ci_low,
+                ofit.ci_high,
+                predicted=f"{predicted:.3f}",
+                note="best stopping time on a grid of "
+                f"{config.oracle_times} times in tau x 10^[-{config.oracle_span:g}, "
+                f"{config.oracle_span:g}]",
+            ),
+            Metric(
+                f"per_seed_slope_sd[beta={beta:g}]",
+                float(np.std(fit.per_seed_slopes, ddof=1)),
+                note="scatter of single-seed slopes",
+            ),
+        ]
+        arrays[f"risk_beta{b}"] = rule
+        arrays[f"oracle_risk_beta{b}"] = oracle
+        mean = rule.mean(axis=0)
+        color = f"C{b}"
+        ax.loglog(sizes, mean, "o", color=color, label=rf"$\beta$={beta:g}: {fit.slope:.3f}")
+        ax.loglog(sizes, fit.predict(np.array(sizes)), "-", color=color, lw=1)
+        ref = mean[0] * (np.array(sizes) / sizes[0]) ** predicted
+        ax.loglog(sizes, ref, "--", color=color, lw=0.8, label=f"predicted {predicted:.3f}")
+        parts.append(
+            f"beta {beta:g}: slope {fit.slope:.3f} [{fit.ci_low:.3f}, {fit.ci_high:.3f}], "
+            f"predicted {predicted:.3f} +- {TOLERANCE} ({'ok' if passed else 'off'})"
+        )
+    metrics.insert(0, Metric("gamma", gamma, predicted=f"{CLAIM_GAMMA}", note="fitted capacity"))
+    ax.set(
+        xlabel="n",
+        ylabel="excess risk (mean over seeds)",
+        title=f"early-stopped kernel GD, ReLU NTK depth {config.depth} on $S^1$",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tail = 2.0 * float(mu[-1]) * config.n_frequencies  # 2 sum_{k>K} C k^-2 with C = mu_K K^2
+    notes = (
+        f"kernel truncated at frequency K = {config.n_frequencies} (Mercer features); the "
+        f"dropped part is about 2 sum_(k>K) mu_k = {tail:.2e} uniformly, against "
+        f"kappa(1) = {float(mu[0] + 2 * mu[1:].sum()):.3f}",
+        f"labels with Gaussian noise of sd {config.noise_sd}; stopping time "
+        f"{config.stop_scale:g} n^(1/(2 beta + gamma)) in flow time (mean-normalized loss)",
+    )
+    return Outcome(
+        metrics=tuple(metrics),
+        passed=all(ok),
+        summary=f"gamma {gamma:.3f} (predicted 0.5); " + "; ".join(parts),
+        figures={"kernel_rates": fig},
+        arrays=arrays,
+        notes=notes,
+    )
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="kernel-rates",
+        claim_id="B1",
+        claim=(
+            "On S^1 the ReLU NTK has capacity gamma = 1/2; for targets with source condition "
+            "beta, early-stopped kernel gradient descent has excess risk decaying as "
+            "n^(-2 beta / (2 beta + gamma)), the minimax rate."
+        ),
+        criterion=(
+            "for beta in {0.5, 1}, the log-log slope of the seed-averaged excess risk over "
+            "n = 2^7..2^13 (20 seeds) lies within 0.1 of -2 beta / (2 beta + gamma)"
+        ),
+        config_type=KernelRatesConfig,
+        scales={
+            "tiny": {
+                "n_frequencies": 64,
+                "sizes": [64, 128, 256],
+                "n_seeds": 3,
+                "oracle_times": 5,
+                "n_boot": 100,
+            },
+            "quick": {},
+            "paper": {
+                "n_frequencies": 1024,
+                "sizes": [2**p for p in range(7, 17)],
+                "n_seeds": 100,
+                "betas": [0.25, 0.5, 1.0, 2.0],
+            },
+        },
+        run=run,
+    )
+)

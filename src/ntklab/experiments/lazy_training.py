@@ -1,0 +1,342 @@
+"""C3 ``lazy-training``: wide networks in NTK parameterization barely move their kernel; muP
+networks do (seed 002, gotchas 1.1 and 1.2).
+
+Claim (CLAIMS.md C3): a depth-3 network in NTK parameterization trained by full-batch GD at
+half the critical learning rate to a small loss changes its tangent kernel by
+:math:`\\|\\Theta_T - \\Theta_0\\|_F / \\|\\Theta_0\\|_F = O(1/m)` in the width :math:`m`
+(Dyer & Gur-Ari arXiv:1909.11304; Lee et al. arXiv:1902.06720 bound it by
+:math:`O(m^{-1/2})`), and stays within :math:`O(m^{-1/2})` of its linearization; the same
+network in muP (Yang & Hu arXiv:2011.14522) keeps an :math:`O(1)` kernel change (feature
+learning).
+
+Data, computation, measurement, verdict, figure:
+
+1. points on :math:`S^{d-1}` with a smooth target; ``depth x [Dense, Relu] + Dense`` (no
+   output bias), learning rate :math:`\\eta = \\tfrac12 \\eta_c` with
+   :math:`\\eta_c = 2N/\\lambda_{max}` of the analytic NTK
+   (:func:`~ntklab.predict.max_learning_rate`), the same :math:`\\eta` and number of steps at
+   every width and for both parameterizations;
+2. for each seed and width, the NTK-parameterized network trained by :func:`~ntklab.nets.train`
+   (kernel drift on the training inputs), and its linearization at initialization trained by
+   the same GD, evaluated in closed form: :func:`~ntklab.dynamics.linearized_dynamics` with
+   the empirical NTK at initialization (float64), which is exactly what
+   ``train(linearize(net), ...)`` computes (tested); the RMSE between the two on test points;
+3. the same network in muP (``parameterization="mup"``), trained the same way;
+4. log-log slopes vs width of the seed-averaged curves, with seed-bootstrap intervals
+   (:func:`~ntklab.analysis.fit_power_law_bootstrap`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from typing import Literal
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor, nn
+
+from .. import kernels as nk
+from ..analysis import fit_power_law_bootstrap
+from ..data import uniform_sphere
+from ..dynamics import linearized_dynamics
+from ..empirical import ntk
+from ..errors import NumericalWarning
+from ..nets import train
+from ..predict import max_learning_rate
+from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+
+__all__ = ["LazyTrainingConfig", "linearized_test_outputs", "mlp"]
+
+NTK_DRIFT_RANGE = (-1.1, -0.65)
+RMSE_MAX_SLOPE = -0.4
+MUP_RANGE = (-0.15, 0.15)
+
+
+class LazyTrainingConfig(ExperimentConfig):
+    """Grid of ``lazy-training``."""
+
+    dim: int = 8
+    n_train: int = 32
+    n_test: int = 32
+    depth: int = 3
+    w_std: float = math.sqrt(2.0)
+    b_std: float = 0.1
+    widths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+    seeds: int = 3
+    steps: int = 100
+    lr_fraction: float = 0.5
+    net_dtype: Literal["float32", "float64"] = "float32"
+    n_boot: int = 2000
+
+
+def mlp(depth: int, w_std: float, b_std: float) -> nk.Architecture:
+    """``depth x [Dense(w_std, b_std), Relu] + Dense(w_std, None)`` (no output bias)."""
+    block = nk.serial(nk.Dense(w_std, b_std), nk.Relu())
+    return nk.serial(*([block] * depth), nk.Dense(w_std, None))
+
+
+def linearized_test_outputs(
+    net: nn.Module, x_train: Tensor, y_train: Tensor, x_test: Tensor, lr: float, steps: int
+) -> Tensor:
+    """Test outputs of ``linearize(net)`` after ``steps`` full-batch GD steps, in closed form.
+
+    .. math:: f^{lin}_k(x) = f_0(x) + \\hat\\Theta_{xX}\\hat\\Theta^{-1}
+              \\big(I - (I - \\eta\\hat\\Theta/N)^k\\big)(Y - f_0(X))
+
+    with :math:`\\hat\\Theta` the empirical NTK of ``net`` at its current parameters and
+    :math:`N` = ``y_train.numel()``; computed on a float64 copy of ``net``. Shape (m, k).
+    """
+    net64 = copy.deepcopy(net).double()
+    x_all = torch.cat([x_train, x_test]).double()
+    n = x_train.shape[0]
+    with torch.no_grad():
+        theta = ntk(net64, x_all).detach()
+        f0 = net64(x_all)
+    dyn = linearized_dynamics(theta[:n, :n], y_train.double(), learning_rate=lr, schedule="gd")
+    return dyn.test(steps, theta[n:, :n], f0[:n], f0[n:])
+
+
+def _train(
+    net: nn.Module, x: Tensor, y: Tensor, lr: float, steps: int
+) -> tuple[float, float, bool]:
+    """Train in place; return (relative kernel change, final loss, diverged)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumericalWarning)  # divergence is reported, not raised
+        run = train(net, x, y, learning_rate=lr, steps=steps, kernel_inputs=x)
+    drift = run.history.kernel_drift
+    assert drift is not None
+    if run.diverged:
+        return math.inf, math.inf, True
+    return float(drift[-1]), float(run.history.train_loss[-1]), False
+
+
+def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
+    ndt = torch.float32 if config.net_dtype == "float32" else torch.float64
+    gen = ctx.generator("data")
+    n, d = config.n_train, config.dim
+    x = uniform_sphere(n + config.n_test, d, generator=gen)
+    y = (torch.sin(3.0 * x[:, 0]) + 2.0 * x[:, 1] * x[:, 2])[:n, None]
+    x_train, x_test = x[:n], x[n:]
+    arch = mlp(config.depth, config.w_std, config.b_std)
+    with torch.no_grad():
+        theta = arch.kernel(x_train).ntk
+    eta_c = max_learning_rate(theta, y.numel())
+    lr = config.lr_fraction * eta_c
+    widths = np.array(config.widths, dtype=float)
+    shape = (config.seeds, len(config.widths))
+    drift_ntk, rmse, drift_mup = np.empty(shape), np.empty(shape), np.empty(shape)
+    loss_ntk, loss_mup, eta_c_mup = np.empty(shape), np.empty(shape), np.empty(shape)
+    diverged: list[str] = []
+    xt, yt, xs = x_train.to(ndt), y.to(ndt), x_test.to(ndt)
+    jobs, done = config.seeds * len(config.widths), 0
+    for s in range(config.seeds):
+        init = ctx.generator(f"init-{s}")
+        for j, width in enumerate(config.widths):
+            net = arch.to_torch(width, in_features=d, generator=init, dtype=ndt)
+            lin = linearized_test_outputs(net, x_train, y, x_test, lr, config.steps)
+            drift_ntk[s, j], loss_ntk[s, j], div = _train(net, xt, yt, lr, config.steps)
+            with torch.no_grad():
+                rmse[s, j] = float((net(xs).double() - lin).square().mean().sqrt())
+            mup = arch.to_torch(
+                width, in_features=d, parameterization="mup", generator=init, dtype=ndt
+            )
+            with torch.no_grad():
+                eta_c_mup[s, j] = max_learning_rate(ntk(mup, xt).double(), y.numel())
+            drift_mup[s, j], loss_mup[s, j], div_mup = _train(mup, xt, yt, lr, config.steps)
+            diverged += [
+                f"{p} width {width} seed {s}" for p, bad in (("ntk", div), ("mup", div_mup)) if bad
+            ]
+            done += 1
+            ctx.progress(done / jobs, f"seed {s}, width {width}")
+
+    if diverged:
+        note = "diverged: " + ", ".join(diverged)
+        failed = (Metric("diverged_runs", float(len(diverged)), predicted="0", note=note),)
+        return Outcome(
+            metrics=failed,
+            passed=False,
+            summary=note,
+            arrays={"widths": widths, "drift_ntk": drift_ntk, "drift_mup": drift_mup},
+        )
+
+    f_ntk = fit_power_law_bootstrap(
+        widths, drift_ntk, n_boot=config.n_boot, generator=ctx.generator("boot-ntk")
+    )
+    f_rmse = fit_power_law_bootstrap(
+        widths, rmse, n_boot=config.n_boot, generator=ctx.generator("boot-rmse")
+    )
+    f_mup = fit_power_law_bootstrap(
+        widths, drift_mup, n_boot=config.n_boot, generator=ctx.generator("boot-mup")
+    )
+    ntk_ok = NTK_DRIFT_RANGE[0] <= f_ntk.slope <= NTK_DRIFT_RANGE[1]
+    rmse_ok = f_rmse.slope <= RMSE_MAX_SLOPE
+    mup_ok = MUP_RANGE[0] <= f_mup.slope <= MUP_RANGE[1]
+    to_one = abs(f_ntk.slope + 1.0)
+    to_half = abs(f_ntk.slope + 0.5)
+    mean_mup = drift_mup.mean(axis=0)
+    metrics = (
+        Metric(
+            "ntk_kernel_change_slope",
+            f_ntk.slope,
+            f_ntk.ci_low,
+            f_ntk.ci_high,
+            predicted=f"[{NTK_DRIFT_RANGE[0]}, {NTK_DRIFT_RANGE[1]}]; -1 (Dyer & Gur-Ari), "
+            ">= -0.5 bound (Lee et al.)",
+            note=f"mean over {config.seeds} seeds, widths {config.widths[0]}.."
+            f"{config.widths[-1]}; closer to "
+            f"{'-1' if to_one < to_half else '-1/2'}",
+        ),
+        Metric(
+            "linearization_rmse_slope",
+            f_rmse.slope,
+            f_rmse.ci_low,
+            f_rmse.ci_high,
+            predicted=f"<= {RMSE_MAX_SLOPE} (theory -0.5)",
+            note="RMSE on test points between the network and its trained linearization",
+        ),
+        Metric(
+            "mup_kernel_change_slope",
+            f_mup.slope,
+            f_mup.ci_low,
+            f_mup.ci_high,
+            predicted=f"[{MUP_RANGE[0]}, {MUP_RANGE[1]}] (O(1) change)",
+        ),
+        Metric("mup_kernel_change_min", float(mean_mup.min()), predicted="O(1)"),
+        Metric("mup_kernel_change_max", float(mean_mup.max()), predicted="O(1)"),
+        Metric("ntk_kernel_change_widest", float(drift_ntk[:, -1].mean())),
+        Metric("linearization_rmse_widest", float(rmse[:, -1].mean())),
+        Metric(
+            "learning_rate",
+            lr,
+            note=f"{config.lr_fraction} x eta_c = 2N/lambda_max of the analytic NTK ({eta_c:.4g})",
+        ),
+        Metric(
+            "mup_own_critical_rate_min",
+            float(eta_c_mup.min()),
+            note="2N/lambda_max of the muP network's empirical NTK at initialization",
+        ),
+        Metric(
+            "final_loss_ntk_max",
+            float(loss_ntk.max()),
+            note=f"initial loss {0.5 * float(y.square().mean()):.3g} at f0 = 0; "
+            f"{config.steps} steps",
+        ),
+        Metric("final_loss_mup_max", float(loss_mup.max())),
+    )
+
+    fig = Figure(figsize=(11.0, 4.2))
+    ax1, ax2 = fig.subplots(1, 2)
+    for values, fitted, label, color in (
+        (drift_ntk, f_ntk, "NTK param.", "C0"),
+        (drift_mup, f_mup, "muP", "C3"),
+    ):
+        for row in values:
+            ax1.loglog(widths, row, ".", color=color, alpha=0.35)
+        ax1.loglog(
+            widths,
+            values.mean(axis=0),
+            "o",
+            color=color,
+            label=f"{label}: slope {fitted.slope:.2f}",
+        )
+        ax1.loglog(widths, fitted.predict(widths), "-", color=color, lw=1)
+    ref = drift_ntk.mean(axis=0)[0]
+    ax1.loglog(widths, ref * (widths / widths[0]) ** -1.0, "k--", lw=0.8, label="slope -1")
+    ax1.loglog(widths, ref * (widths / widths[0]) ** -0.5, "k:", lw=0.8, label="slope -1/2")
+    ax1.set(
+        xlabel="width m",
+        ylabel=r"$\|\Theta_T-\Theta_0\|_F/\|\Theta_0\|_F$",
+        title=f"kernel change after {config.steps} GD steps, lr = eta_c/2",
+    )
+    ax1.legend(fontsize=8)
+    for row in rmse:
+        ax2.loglog(widths, row, ".", color="C0", alpha=0.35)
+    ax2.loglog(
+        widths,
+        rmse.mean(axis=0),
+        "o",
+        color="C0",
+        label=f"network vs linearization: slope {f_rmse.slope:.2f}",
+    )
+    ax2.loglog(widths, f_rmse.predict(widths), "-", color="C0", lw=1)
+    ax2.loglog(
+        widths,
+        rmse.mean(axis=0)[0] * (widths / widths[0]) ** -0.5,
+        "k:",
+        lw=0.8,
+        label="slope -1/2",
+    )
+    ax2.set(xlabel="width m", ylabel="test RMSE", title="NTK param.: distance to linearization")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+
+    summary = (
+        f"NTK kernel change slope {f_ntk.slope:.3f} [{f_ntk.ci_low:.2f}, {f_ntk.ci_high:.2f}] "
+        f"(predicted in [-1.1, -0.65]; -1 Dyer & Gur-Ari, -1/2 Lee et al. bound); "
+        f"linearization RMSE slope {f_rmse.slope:.3f} (predicted <= -0.4); muP kernel change "
+        f"{mean_mup.min():.2f}..{mean_mup.max():.2f}, slope {f_mup.slope:.3f} (predicted in "
+        "[-0.15, 0.15])"
+    )
+    return Outcome(
+        metrics=metrics,
+        passed=ntk_ok and rmse_ok and mup_ok,
+        summary=summary,
+        figures={"lazy_training": fig},
+        arrays={
+            "widths": widths,
+            "drift_ntk": drift_ntk,
+            "drift_mup": drift_mup,
+            "rmse": rmse,
+            "loss_ntk": loss_ntk,
+            "loss_mup": loss_mup,
+        },
+        notes=(
+            "the network has no output bias: ntklab's muP gives the output bias a multiplier "
+            "sqrt(width), which makes the muP tangent kernel grow linearly with the width",
+            "the linearization is trained in closed form (empirical NTK at initialization, "
+            "discrete GD, float64), identical to train(linearize(net))",
+        ),
+    )
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="lazy-training",
+        claim_id="C3",
+        claim=(
+            "A depth-3 network in NTK parameterization trained by full-batch GD at half the "
+            "critical learning rate changes its tangent kernel by O(1/m) (Dyer & Gur-Ari; "
+            "Lee et al. bound it by O(m^-1/2)) and stays close to its linearization; in muP "
+            "the kernel change stays O(1) (feature learning)."
+        ),
+        criterion=(
+            "over widths 2^6..2^11, the log-log slope of the relative kernel change is in "
+            "[-1.1, -0.65] (NTK parameterization), that of the test RMSE between the network "
+            "and its linearization is <= -0.4, and that of the muP kernel change is in "
+            "[-0.15, 0.15]"
+        ),
+        config_type=LazyTrainingConfig,
+        scales={
+            "tiny": {
+                "widths": (32, 64, 128),
+                "seeds": 2,
+                "steps": 20,
+                "n_train": 12,
+                "n_test": 8,
+                "depth": 2,
+                "n_boot": 200,
+            },
+            "quick": {},
+            "paper": {
+                "widths": (64, 128, 256, 512, 1024, 2048, 4096, 8192),
+                "seeds": 10,
+                "steps": 400,
+                "n_train": 64,
+            },
+        },
+        run=run,
+    )
+)
