@@ -158,20 +158,34 @@ def _window_mean(
     x: Tensor, axes: tuple[int, ...], window: int, stride: int, pads: tuple[int, int], wrap: bool
 ) -> Tensor:
     """:math:`y_i = \\frac1w \\sum_{d<w} x_{si + d}`, the same offset ``d`` on every axis of
-    ``axes`` (one axis: a window average; a pair of axes: the diagonal of a 2-D window)."""
-    for axis in axes:
-        x = _pad(x, axis, pads[0], pads[1], wrap)
-    size = x.shape[axes[0]]
-    out_size = (size - window) // stride + 1
-    span = (out_size - 1) * stride + 1
-    index: list[slice] = [slice(None)] * x.ndim
-    out: Tensor | None = None
-    for d in range(window):
+    ``axes`` (one axis: a window average; a pair of axes: the diagonal of a 2-D window).
+
+    Zero padding is not materialized: each offset adds the in-range rectangle of ``x`` into
+    the output (one pass per offset); circular padding wraps the input first."""
+    if wrap:
         for axis in axes:
-            index[axis] = slice(d, d + span, stride)
-        term = x[tuple(index)]
-        out = term.clone(memory_format=torch.contiguous_format) if out is None else out.add_(term)
-    assert out is not None  # window >= 1
+            x = _pad(x, axis, pads[0], pads[1], wrap)
+        pads = (0, 0)
+    lo, hi = pads
+    size = x.shape[axes[0]]
+    out_size = (size + lo + hi - window) // stride + 1
+    shape = list(x.shape)
+    for axis in axes:
+        shape[axis] = out_size
+    out = x.new_zeros(shape)
+    for d in range(window):
+        # output i reads input j = s i + d - lo, kept when 0 <= j < size (else a zero pad)
+        i_lo = max(0, -((d - lo) // stride))
+        i_hi = min(out_size - 1, (size - 1 + lo - d) // stride)
+        if i_lo > i_hi:
+            continue
+        j_lo = stride * i_lo + d - lo
+        out_index: list[slice] = [slice(None)] * x.ndim
+        in_index: list[slice] = [slice(None)] * x.ndim
+        for axis in axes:
+            out_index[axis] = slice(i_lo, i_hi + 1)
+            in_index[axis] = slice(j_lo, j_lo + stride * (i_hi - i_lo) + 1, stride)
+        out[tuple(out_index)].add_(x[tuple(in_index)])
     return out.mul_(1.0 / window)
 
 
@@ -397,6 +411,12 @@ class Conv(Layer):
         b2 = 0.0 if self.b_std is None else self.b_std**2
         cov_u = self._convolve(state.cov, state)
         ntk_u = None if state.ntk is None else self._convolve(state.ntk, state)
+        # _convolve returns fresh tensors: update them in place unless autograd needs them.
+        fused = inplace and not isinstance(w2, Tensor) and not isinstance(b2, Tensor)
+        if fused and self.parameterization == "ntk":
+            cov = cov_u.mul_(w2).add_(b2)
+            ntk = cov.clone() if ntk_u is None else ntk_u.mul_(w2).add_(cov)
+            return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True)
         cov = cov_u * w2 + b2
         if self.parameterization == "ntk":
             ntk = cov.clone() if ntk_u is None else cov + w2 * ntk_u
