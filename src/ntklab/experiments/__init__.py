@@ -34,6 +34,9 @@ from . import ntk_concentration  # noqa: F401
 from . import double_descent  # noqa: F401
 from . import flow_equals_krr  # noqa: F401
 from . import lazy_training  # noqa: F401
+from . import label_alignment  # noqa: F401
+from . import trace_bound  # noqa: F401
+from . import gp_convergence  # noqa: F401
 from . import cntk_vs_cnn  # noqa: F401
 
 __all__ = [

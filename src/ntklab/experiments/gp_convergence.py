@@ -1,0 +1,409 @@
+"""E1 ``gp-convergence``: trained one-hidden-layer networks converge in law to a Gaussian
+process as the width grows (seed 004, arXiv:2509.24544).
+
+Claim (CLAIMS.md E1): for :math:`f(x) = n_1^{-1/2} \\phi(x W / \\sqrt{n_0})\\, v`, all weights
+:math:`N(0, 1)`, no bias, trained by gradient descent on the summed squared loss, the law of
+:math:`f_t(x)` over initializations approaches the Gaussian :math:`\\mathcal{G}_t(x)` of the
+analytic NNGP/NTK with :math:`W_2^2(f_t(x), \\mathcal{G}_t(x)) = O(\\log n_1 / n_1)` (an upper
+bound). Measured here:
+
+1. data: ``n_train`` inputs uniform on the sphere of radius :math:`\\sqrt{n_0}` (pre-activations
+   of unit variance), targets :math:`y = \\sin(\\tfrac32 \\langle x, u\\rangle)` for a random
+   unit :math:`u`, and one test input on the same sphere;
+2. for :math:`\\phi \\in \\{\\tanh, \\mathrm{erf}, \\mathrm{sigmoid}\\}` and each width
+   :math:`n_1`, :math:`M` networks ``serial(Dense(1, None), phi, Dense(1, None))`` (NTK
+   parameterization) trained together by :func:`ntklab.nets.train_ensemble`, full-batch GD
+   with ``normalization="sum"`` and step :math:`\\eta` up to gradient-flow time :math:`t`;
+3. :math:`\\mathcal{G}_t(x)` of gradient flow from :func:`ntklab.dynamics.ensemble_dynamics`
+   (mean and variance at the test input); the discretization error of the step is the exact
+   :math:`W_2^2` between the Gaussian of discrete GD (closed form, ``schedule="gd"``) and that
+   of the flow, and must lie below every resolved distance;
+4. :math:`W_2^2` of the :math:`M` outputs to :math:`\\mathcal{G}_t(x)`, minus the Monte Carlo
+   floor of :math:`M` samples (:func:`ntklab.analysis.debiased_w2_to_normal`, bootstrap
+   uncertainty); a width is *resolved* when its debiased distance exceeds ``resolve_sigmas``
+   standard errors, and the log-log slope is fitted over the resolved widths (below that the
+   distance is indistinguishable from the floor, and its log is undefined or noise);
+5. verdict: for every activation and time, slope :math:`\\le -0.75` over at least two resolved
+   widths, and the discretization error below the smallest resolved distance. The slopes of
+   the variance error :math:`|\\hat\\sigma^2 - \\sigma_t^2|` (expected in [-1.25, -0.75]), of
+   the mean error, and of the distance to the discrete-GD Gaussian are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from .. import kernels as nk
+from ..analysis import debiased_w2_to_normal, fit_power_law, w2_squared_gaussians
+from ..data import uniform_sphere
+from ..dynamics import Gaussian, ensemble_dynamics
+from ..nets import ensemble, train_ensemble
+from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+
+__all__ = ["GpConvergenceConfig", "ResolvedSlope", "resolved_slope", "shallow_network"]
+
+SLOPE_MAX = -0.75
+VARIANCE_RANGE = (-1.25, -0.75)
+ActivationName = Literal["tanh", "erf", "sigmoid"]
+
+
+class GpConvergenceConfig(ExperimentConfig):
+    """Grid of ``gp-convergence``.
+
+    ``learning_rate`` is the GD step (gradient-flow time ``t = learning_rate * steps``);
+    ``train_dtype`` the precision of the ensemble's training (the Gaussians are float64).
+    """
+
+    activations: tuple[ActivationName, ...] = ("tanh", "erf", "sigmoid")
+    widths: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    members: int = 20_000
+    times: tuple[float, ...] = (10.0,)
+    learning_rate: float = 0.25
+    n_train: int = 8
+    input_dim: int = 4
+    floor_repeats: int = 200
+    n_boot: int = 100
+    resolve_sigmas: float = 2.0
+    train_dtype: Literal["float32", "float64"] = "float32"
+
+
+def shallow_network(activation: ActivationName) -> nk.Architecture:
+    """``serial(Dense(1, None), phi, Dense(1, None))``: seed 004's network in NTK
+    parameterization, :math:`f = n_1^{-1/2} \\phi(x W / \\sqrt{n_0}) v`."""
+    phis: dict[str, nk.Activation] = {"tanh": nk.Tanh(), "erf": nk.Erf(), "sigmoid": nk.Sigmoid()}
+    phi = phis[activation]
+    return nk.serial(nk.Dense(1.0, None), phi, nk.Dense(1.0, None))
+
+
+@dataclass(frozen=True)
+class ResolvedSlope:
+    """Log-log slope of a positive quantity over the widths where it is resolved.
+
+    Attributes
+    ----------
+    slope : float
+        NaN when fewer than two widths are resolved.
+    ci_low, ci_high : float or None
+        OLS interval (three or more resolved widths), else None.
+    resolved : tuple of int
+        The widths used (value > ``sigmas`` standard errors).
+    """
+
+    slope: float
+    ci_low: float | None
+    ci_high: float | None
+    resolved: tuple[int, ...]
+
+
+def resolved_slope(
+    widths: np.ndarray, values: np.ndarray, stderrs: np.ndarray, sigmas: float
+) -> ResolvedSlope:
+    """Slope of ``log values`` on ``log widths`` over the entries with
+    ``values > sigmas * stderrs`` (and ``values > 0``)."""
+    keep = (values > sigmas * stderrs) & (values > 0)
+    w, v = widths[keep], values[keep]
+    resolved = tuple(int(x) for x in w)
+    if w.shape[0] < 2:
+        return ResolvedSlope(math.nan, None, None, resolved)
+    if w.shape[0] == 2:
+        slope = math.log(v[1] / v[0]) / math.log(w[1] / w[0])
+        return ResolvedSlope(slope, None, None, resolved)
+    fit = fit_power_law(w, v)
+    return ResolvedSlope(fit.slope, fit.ci_low, fit.ci_high, resolved)
+
+
+def _point(g: Tensor | Gaussian, j: int) -> tuple[float, float]:
+    """Mean and standard deviation at time index ``j`` of a one-test-point Gaussian."""
+    assert isinstance(g, Gaussian)
+    return float(g.mean[j].flatten()[0]), math.sqrt(max(float(g.covariance[j].flatten()[0]), 0.0))
+
+
+def _data(config: GpConvergenceConfig, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    d = config.input_dim
+    points = uniform_sphere(config.n_train + 1, d, generator=gen) * math.sqrt(d)
+    direction = uniform_sphere(1, d, generator=gen)[0]
+    x, x_test = points[:-1], points[-1:]
+    y = torch.sin(1.5 * (x @ direction))[:, None]
+    return x, y, x_test
+
+
+def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
+    x, y, x_test = _data(config, ctx.generator("data"))
+    tdtype = torch.float32 if config.train_dtype == "float32" else torch.float64
+    widths = np.array(config.widths, dtype=np.float64)
+    eta = config.learning_rate
+    steps = [round(t / eta) for t in config.times]
+    times = torch.tensor(config.times, dtype=torch.float64)
+    metrics: list[Metric] = []
+    notes: list[str] = []
+    arrays: dict[str, np.ndarray] = {"widths": widths}
+    verdicts: list[bool] = []
+    summaries: list[str] = []
+    fig = Figure(figsize=(5.0 * len(config.times) + 4.5, 4.2))
+    axes = fig.subplots(1, len(config.times) + 1)
+    jobs = len(config.activations) * len(config.widths)
+    done = 0
+    floor_scaled: list[float] = []
+    for a_index, name in enumerate(config.activations):
+        arch = shallow_network(name)
+        flow = ensemble_dynamics(
+            arch, x, y, learning_rate=1.0, schedule="flow", normalization="sum"
+        )
+        gd = ensemble_dynamics(arch, x, y, learning_rate=eta, schedule="gd", normalization="sum")
+        g_flow = flow.predict(times, x_test, "ntk", compute_cov=True)
+        g_gd = gd.predict(torch.tensor(steps, dtype=torch.float64), x_test, "ntk", compute_cov=True)
+        targets = [_point(g_flow, j) for j in range(len(steps))]
+        gd_targets = [_point(g_gd, j) for j in range(len(steps))]
+        shape = (len(steps), len(config.widths))
+        w2, w2_err, w2_gd, w2_gd_err = (np.empty(shape) for _ in range(4))
+        mean_err, var_err = np.empty(shape), np.empty(shape)
+        for i, width in enumerate(config.widths):
+            gen = ctx.generator(f"init-{name}-{width}")
+            ens = ensemble(
+                arch,
+                config.members,
+                width,
+                in_features=config.input_dim,
+                generator=gen,
+                dtype=tdtype,
+            )
+            trained = train_ensemble(
+                ens,
+                x.to(tdtype),
+                y.to(tdtype),
+                learning_rate=eta,
+                steps=max(steps),
+                normalization="sum",
+                x_test=x_test.to(tdtype),
+                record_steps=sorted(set(steps)),
+            )
+            assert trained.test_outputs is not None
+            recorded = trained.steps.tolist()
+            for j, s in enumerate(steps):
+                out = trained.test_outputs[recorded.index(s), :, 0, 0].to(torch.float64)
+                mu, sd = targets[j]
+                fgen = ctx.generator(f"floor-{name}-{width}-{j}")
+                d = debiased_w2_to_normal(
+                    out, mu, sd, repeats=config.floor_repeats, n_boot=config.n_boot, generator=fgen
+                )
+                mu_gd, sd_gd = gd_targets[j]
+                d_gd = debiased_w2_to_normal(
+                    out,
+                    mu_gd,
+                    sd_gd,
+                    repeats=config.floor_repeats,
+                    n_boot=config.n_boot,
+                    generator=fgen,
+                )
+                w2[j, i], w2_err[j, i] = d.value, d.stderr
+                w2_gd[j, i], w2_gd_err[j, i] = d_gd.value, d_gd.stderr
+                mean_err[j, i] = abs(float(out.mean()) - mu)
+                var_err[j, i] = abs(float(out.var()) - sd**2)
+                floor_scaled.append(d.floor.scaled_mean)
+            done += 1
+            ctx.progress(done / jobs, f"{name}, width {width}")
+        for j, t in enumerate(config.times):
+            tag = f"{name},t={t:g}"
+            mu, sd = targets[j]
+            var_se = sd**2 * math.sqrt(2.0 / (config.members - 1))
+            mean_se = sd / math.sqrt(config.members)
+            fit = resolved_slope(widths, w2[j], w2_err[j], config.resolve_sigmas)
+            fit_gd = resolved_slope(widths, w2_gd[j], w2_gd_err[j], config.resolve_sigmas)
+            fit_var = resolved_slope(
+                widths, var_err[j], np.full(len(widths), var_se), config.resolve_sigmas
+            )
+            fit_mean = resolved_slope(
+                widths, mean_err[j], np.full(len(widths), mean_se), config.resolve_sigmas
+            )
+            mu_gd, sd_gd = gd_targets[j]
+            disc = float(
+                w2_squared_gaussians(
+                    torch.tensor([mu_gd]),
+                    torch.tensor([[sd_gd**2]]),
+                    torch.tensor([mu]),
+                    torch.tensor([[sd**2]]),
+                )
+            )
+            smallest = min(
+                (float(w2[j, i]) for i, w in enumerate(config.widths) if w in fit.resolved),
+                default=math.nan,
+            )
+            disc_ok = math.isfinite(smallest) and disc < smallest
+            slope_ok = math.isfinite(fit.slope) and fit.slope <= SLOPE_MAX
+            verdicts.append(slope_ok and disc_ok)
+            resolved_text = ", ".join(str(w) for w in fit.resolved) or "none"
+            for label, f, predicted, note in (
+                ("w2_slope", fit, f"<= {SLOPE_MAX} (bound: log n1 / n1)", ""),
+                (
+                    "variance_error_slope",
+                    fit_var,
+                    f"[{VARIANCE_RANGE[0]}, {VARIANCE_RANGE[1]}]",
+                    f"|sample variance - sigma_t^2|, standard error {var_se:.2g}; ",
+                ),
+                (
+                    "mean_error_slope",
+                    fit_mean,
+                    None,
+                    f"|sample mean - mu_t|, standard error {mean_se:.2g}; ",
+                ),
+                (
+                    "w2_slope_vs_gd_gaussian",
+                    fit_gd,
+                    None,
+                    "distance to the Gaussian of the same discrete GD (no step bias); ",
+                ),
+            ):
+                widths_text = ", ".join(map(str, f.resolved)) or "none"
+                if math.isfinite(f.slope):
+                    metrics.append(
+                        Metric(
+                            f"{label}[{tag}]",
+                            f.slope,
+                            f.ci_low,
+                            f.ci_high,
+                            predicted=predicted,
+                            note=f"{note}resolved widths {widths_text} of {len(widths)}",
+                        )
+                    )
+                else:
+                    notes.append(f"{label}[{tag}]: not fitted, resolved widths: {widths_text}")
+            metrics += [
+                Metric(
+                    f"discretization_w2[{tag}]",
+                    disc,
+                    predicted=f"< smallest resolved distance {smallest:.3g}"
+                    if math.isfinite(smallest)
+                    else "< the resolved distances (none resolved)",
+                    note=f"W2^2(GD Gaussian, flow Gaussian), step {eta:g}, {steps[j]} steps",
+                ),
+                Metric(f"gaussian_std[{tag}]", sd, note=f"G_t(x) mean {mu:.4f}"),
+            ]
+            summaries.append(f"{name} t={t:g}: slope {fit.slope:.2f} over {resolved_text}")
+            key = f"{name}_t{j}"
+            arrays[f"w2_{key}"] = w2[j]
+            arrays[f"w2_stderr_{key}"] = w2_err[j]
+            arrays[f"w2_gd_{key}"] = w2_gd[j]
+            arrays[f"mean_error_{key}"] = mean_err[j]
+            arrays[f"variance_error_{key}"] = var_err[j]
+            ax = axes[j]
+            color = f"C{a_index}"
+            upper = np.maximum(w2[j] + config.resolve_sigmas * w2_err[j], 1e-12)
+            ax.errorbar(
+                widths,
+                np.maximum(w2[j], 1e-12),
+                yerr=w2_err[j],
+                fmt="o",
+                color=color,
+                ms=4,
+                capsize=2,
+                label=f"{name}: slope {fit.slope:.2f}",
+            )
+            unresolved = np.array([w not in fit.resolved for w in config.widths])
+            ax.plot(widths[unresolved], upper[unresolved], "v", color=color, ms=5, alpha=0.6)
+            if len(fit.resolved) >= 2:
+                wr = np.array(fit.resolved, dtype=np.float64)
+                v0 = float(w2[j, list(config.widths).index(fit.resolved[0])])
+                ax.loglog(wr, v0 * (wr / wr[0]) ** fit.slope, "-", color=color, lw=1)
+                ax.loglog(wr, v0 * np.log(wr) / np.log(wr[0]) * wr[0] / wr, ":", color=color, lw=1)
+            ax.axhline(disc, color=color, ls="--", lw=0.7)
+            axes[-1].loglog(
+                widths,
+                np.maximum(var_err[j], 1e-12),
+                "o-",
+                color=color,
+                ms=3,
+                label=f"{name} t={t:g}: {fit_var.slope:.2f}",
+            )
+            axes[-1].axhline(config.resolve_sigmas * var_se, color=color, ls=":", lw=0.7)
+    for j, t in enumerate(config.times):
+        axes[j].set(
+            xscale="log",
+            yscale="log",
+            xlabel="width $n_1$",
+            ylabel=r"$W_2^2(f_t(x), G_t(x))$ - floor",
+            title=f"t = {t:g}, M = {config.members} (dotted: log n1/n1; v: unresolved, 2 se)",
+        )
+        axes[j].legend(fontsize=7)
+    axes[-1].set(
+        xlabel="width $n_1$",
+        ylabel=r"$|\hat\sigma^2 - \sigma_t^2|$",
+        title="variance error (dotted: 2 se)",
+    )
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+
+    floor_mean = float(np.mean(floor_scaled))
+    metrics[:0] = [
+        Metric("members", config.members, note="M independent initializations per width"),
+        Metric(
+            "floor_scaled",
+            floor_mean,
+            predicted="about 3.6",
+            unit="sigma^2/M",
+            note="Monte Carlo floor M E[W2^2]/sigma^2 of M normal draws, subtracted",
+        ),
+    ]
+    notes.append(
+        f"step {eta:g} ({', '.join(map(str, steps))} steps); floor {floor_mean:.2f} sigma^2/M "
+        f"with M = {config.members}; a width is resolved when the debiased distance exceeds "
+        f"{config.resolve_sigmas:g} bootstrap standard errors"
+    )
+    passed = all(verdicts)
+    summary = (
+        "; ".join(summaries) + f" (predicted <= {SLOPE_MAX}; bound log n1/n1, i.e. about -0.9)"
+    )
+    return Outcome(
+        metrics=tuple(metrics),
+        passed=passed,
+        summary=summary,
+        figures={"gp_convergence": fig},
+        arrays=arrays,
+        notes=tuple(notes),
+    )
+
+
+EXPERIMENT = register(
+    Experiment(
+        name="gp-convergence",
+        claim_id="E1",
+        claim=(
+            "Trained one-hidden-layer networks f = n1^(-1/2) phi(x W / sqrt(n0)) v converge in "
+            "law to the Gaussian process G_t of the analytic NNGP/NTK, with "
+            "W2^2(f_t(x), G_t(x)) = O(log n1 / n1) at every training time (an upper bound)."
+        ),
+        criterion=(
+            "at a fixed test input, the squared 1-D Wasserstein distance between the outputs "
+            "of M independent networks and G_t(x), minus the Monte Carlo floor of M samples, "
+            "has a log-log slope <= -0.75 in the width (fitted over the widths where it is "
+            "resolved above the floor), for phi in {tanh, erf, sigmoid}; the step's "
+            "discretization error is below the distances measured"
+        ),
+        config_type=GpConvergenceConfig,
+        scales={
+            "tiny": {
+                "activations": ("tanh",),
+                "widths": (8, 16, 32),
+                "members": 2000,
+                "learning_rate": 0.1,
+                "times": (1.0,),
+                "floor_repeats": 50,
+                "n_boot": 30,
+            },
+            "quick": {},
+            "paper": {
+                "widths": (16, 32, 64, 128, 256, 512, 1024, 2048),
+                "members": 100_000,
+                "times": (1.0, 10.0),
+                "learning_rate": 0.1,
+            },
+        },
+        run=run,
+    )
+)
