@@ -19,6 +19,7 @@ from .function_space import (
 )
 from .inference import RidgeSelection, gp_posterior, kernel_ridge_regression, select_ridge_loo
 from .linearize import LinearizedModel, linearize
+from .model_selection import ValidationRidgeSelection, select_ridge_validation, validation_split
 
 __all__ = [
     "EnsembleDynamics",
@@ -29,6 +30,7 @@ __all__ = [
     "Normalization",
     "RidgeSelection",
     "Schedule",
+    "ValidationRidgeSelection",
     "critical_learning_rate",
     "early_stopping_time",
     "ensemble_dynamics",
@@ -40,6 +42,8 @@ __all__ = [
     "linearized_dynamics",
     "loss_normalizer",
     "select_ridge_loo",
+    "select_ridge_validation",
+    "validation_split",
 ]
 
 

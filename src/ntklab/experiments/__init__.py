@@ -28,6 +28,10 @@ from .runner import run_dir_for, run_experiment
 # effect), e.g. `from . import spectrum_s1`.
 # ---------------------------------------------------------------------------------------------
 from . import spectrum_s1  # noqa: F401
+from . import rkhs_vs_architecture  # noqa: F401
+from . import sawtooth_samples  # noqa: F401
+from . import bandlimited  # noqa: F401
+from . import sparse_parity  # noqa: F401
 from . import kernel_rates  # noqa: F401
 from . import network_rates  # noqa: F401
 from . import ntk_concentration  # noqa: F401

@@ -27,6 +27,7 @@ from .ensemble import (
     train_ensemble,
 )
 from .modules import DenseLayer, ElementwiseActivation
+from .relu_networks import AffineMap, parameter_count, path_norm, relu_layers, tent_network
 from .training import (
     LossName,
     Normalization,
@@ -40,6 +41,7 @@ from .training import (
 from .wrappers import AntisymmetricPair, ScaledOutput, output_scale
 
 __all__ = [
+    "AffineMap",
     "AntisymmetricPair",
     "AvgPoolLayer",
     "ConvLayer",
@@ -62,7 +64,11 @@ __all__ = [
     "data_loss",
     "ensemble",
     "output_scale",
+    "parameter_count",
+    "path_norm",
+    "relu_layers",
     "stack_modules",
+    "tent_network",
     "train",
     "train_ensemble",
 ]
