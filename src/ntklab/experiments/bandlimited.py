@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from ..data import random_sphere_polynomial, random_trig_polynomial, uniform_circle, uniform_sphere
-from ..dynamics.model_selection import select_ridge_validation
+from ..dynamics import select_ridge_validation
 from ..errors import NumericalWarning
 from ..nets import ensemble, train_ensemble
 from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register

@@ -40,7 +40,7 @@ from ..data import (
     source_condition_target,
     uniform_circle,
 )
-from ..dynamics.early_stopping import early_stopping_time, kernel_gd_excess_risk_s1
+from ..dynamics import early_stopping_time, kernel_gd_excess_risk_s1
 from ..kernels.sphere import circle_eigenvalues, profile_from_architecture
 from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
 

@@ -39,8 +39,7 @@ from torch import Tensor
 from .. import kernels as nk
 from ..analysis import fit_power_law_bootstrap
 from ..data import TrigPolynomial, circle_grid, source_condition_target, uniform_circle
-from ..dynamics import critical_learning_rate
-from ..dynamics.early_stopping import early_stopping_time, kernel_gd_excess_risk_s1
+from ..dynamics import critical_learning_rate, early_stopping_time, kernel_gd_excess_risk_s1
 from ..kernels.sphere import circle_eigenvalues, profile_from_architecture
 from ..nets import ensemble, train, train_ensemble
 from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register

@@ -43,7 +43,7 @@ from ..kernels.sphere import (
     rkhs_norm_squared,
     sobolev_norm_squared,
 )
-from ..nets.relu_networks import parameter_count, path_norm, tent_network
+from ..nets import parameter_count, path_norm, tent_network
 from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
 from .spectrum_s1 import relu_network
 

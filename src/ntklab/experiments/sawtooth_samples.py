@@ -33,8 +33,8 @@ from matplotlib.figure import Figure
 
 from ..analysis import fit_exponential_rate
 from ..data import TentMapS1, uniform_circle
-from ..dynamics.model_selection import select_ridge_validation
-from ..nets.relu_networks import parameter_count, tent_network
+from ..dynamics import select_ridge_validation
+from ..nets import parameter_count, tent_network
 from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
 from .spectrum_s1 import relu_network
 
