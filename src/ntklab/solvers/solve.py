@@ -1,0 +1,258 @@
+"""One front door for kernel ridge systems :math:`(K + \\rho I)\\alpha = y`: :func:`solve`.
+
+``method`` picks the algorithm; the returned :class:`SolveResult` carries the solution, the
+method actually used, iterations, residual history and timings.
+
+- ``"cholesky"``: the dense matrix and its Cholesky factor (with jitter retries when
+  :math:`K + \\rho I` is singular to rounding). Exact; :math:`O(n^2)` memory, :math:`O(n^3)` time:
+  wins up to a few thousand points.
+- ``"cg"``: conjugate gradients on the operator, preconditioned by the diagonal (Jacobi) or
+  not at all. Exact up to ``tol``; :math:`O(n^2)` per iteration without storing :math:`K`.
+- ``"nystrom"``: FALKON's Nystrom-preconditioned CG (:mod:`.nystrom`) on ``n_centres``
+  centres. An approximation (exact at ``n_centres = n``) that costs :math:`O(n m)` per
+  iteration and converges in a few tens of iterations: wins at large ``n``. Needs
+  :math:`\\rho > 0`.
+- ``"auto"``: ``"cholesky"`` when the dense matrix fits ``max_memory``, else ``"nystrom"``
+  when :math:`\\rho > 0`, else ``"cg"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .._checks import check_positive_int
+from ..errors import NtklabTypeError, NtklabValueError
+from .cg import conjugate_gradient
+from .dense import cholesky_with_jitter
+from .nystrom import CentreRule, falkon, select_centres
+from .operator import DEFAULT_MAX_MEMORY, KernelOperator, as_operator, to_dense
+
+__all__ = ["Method", "SolveResult", "predict", "solve"]
+
+Method = Literal["auto", "cholesky", "cg", "nystrom"]
+_METHODS = ("auto", "cholesky", "cg", "nystrom")
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What :func:`solve` found.
+
+    Attributes
+    ----------
+    solution : Tensor of shape (n, k) or (m, k) (or without k for a vector ``y``)
+        :math:`\\alpha` in ``y``'s dtype: on all training points, or on the Nystrom
+        ``centres``.
+    method : str
+        The method used (``"auto"`` resolved).
+    iterations : int
+        CG iterations (0 for Cholesky).
+    residuals : Tensor of shape (iterations + 1,)
+        Relative residual per iteration (of the preconditioned system for ``"nystrom"``); for
+        Cholesky the final true relative residual.
+    timings : dict of str to float
+        Seconds per phase.
+    converged : bool
+    centres : Tensor of shape (m,) or None
+        Nystrom centre indices.
+    jitter : float
+        Jitter the Cholesky needed (0 when none).
+    """
+
+    solution: Tensor
+    method: str
+    iterations: int
+    residuals: Tensor
+    timings: dict[str, float] = field(default_factory=dict)
+    converged: bool = True
+    centres: Tensor | None = None
+    jitter: float = 0.0
+
+
+def _check_ridge(ridge: object, *, positive: bool, method: str) -> float:
+    if isinstance(ridge, bool) or not isinstance(ridge, int | float):
+        raise NtklabTypeError(f"ridge: expected a float, got {type(ridge).__name__}")
+    r = float(ridge)
+    if not math.isfinite(r) or r < 0 or (positive and r <= 0):
+        need = "> 0" if positive else ">= 0"
+        raise NtklabValueError(
+            f"ridge: expected a finite value {need} for method={method!r}, got {ridge}"
+        )
+    return r
+
+
+def solve(
+    operator: object,
+    y: Tensor,
+    ridge: float,
+    *,
+    method: Method = "auto",
+    tol: float = 1e-8,
+    max_iter: int | None = None,
+    preconditioner: Literal["jacobi", "none"] = "jacobi",
+    n_centres: int | None = None,
+    centres: CentreRule = "uniform",
+    generator: torch.Generator | None = None,
+    max_memory: int | None = None,
+) -> SolveResult:
+    """Solve :math:`(K + \\rho I)\\alpha = y` for a kernel operator :math:`K`.
+
+    Parameters
+    ----------
+    operator : KernelOperator, NTKOperator, any LinearOperator, or Tensor of shape (n, n)
+        Symmetric positive semi-definite.
+    y : Tensor of shape (n,) or (n, k)
+    ridge : float
+        :math:`\\rho \\ge 0` (``> 0`` for ``"nystrom"``).
+    method : {"auto", "cholesky", "cg", "nystrom"}
+        See the module docstring.
+    tol : float
+        Relative residual at which CG stops.
+    max_iter : int, optional
+        CG iterations (default ``n`` for ``"cg"``, 200 for ``"nystrom"``).
+    preconditioner : {"jacobi", "none"}
+        For ``"cg"``.
+    n_centres : int, optional
+        Nystrom centres ``m`` (default :math:`\\min(n, \\lceil 4\\sqrt{n}\\rceil)`).
+    centres : {"uniform", "rpcholesky"}
+        Centre selection for ``"nystrom"``.
+    generator : torch.Generator, optional
+        Randomness of centre selection.
+    max_memory : int, optional
+        Bytes for stored matrices (dense :math:`K` for ``"auto"``'s choice; :math:`K_{nM}`);
+        default: the operator's ``max_memory`` or 256 MiB.
+
+    Returns
+    -------
+    SolveResult
+
+    Raises
+    ------
+    NtklabValueError
+        Unknown ``method``; ``ridge <= 0`` for ``"nystrom"`` (``< 0`` otherwise); ``y`` of the
+        wrong shape.
+
+    Examples
+    --------
+    >>> import torch
+    >>> k = torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64)
+    >>> solve(k, torch.ones(2, dtype=torch.float64), 1.0, method="cg").solution
+    tensor([0.2500, 0.2500], dtype=torch.float64)
+    """
+    if method not in _METHODS:
+        raise NtklabValueError(f"method: expected one of {_METHODS}, got {method!r}")
+    op = as_operator("operator", operator)
+    n = op.shape[0]
+    if not isinstance(y, Tensor) or not y.is_floating_point():
+        raise NtklabTypeError(f"y: expected a floating torch.Tensor of shape ({n},) or ({n}, k)")
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise NtklabValueError(f"y: expected shape ({n},) or ({n}, k), got {tuple(y.shape)}")
+    if not bool(torch.isfinite(y).all()):
+        raise NtklabValueError("y: expected finite values, got NaN or inf")
+    if preconditioner not in ("jacobi", "none"):
+        raise NtklabValueError(
+            f"preconditioner: expected 'jacobi' or 'none', got {preconditioner!r}"
+        )
+    budget = (
+        max_memory if max_memory is not None else int(getattr(op, "max_memory", DEFAULT_MAX_MEMORY))
+    )
+    check_positive_int("max_memory", budget)
+    if max_iter is not None:
+        check_positive_int("max_iter", max_iter)
+    if method == "auto":
+        r0 = _check_ridge(ridge, positive=False, method=method)
+        method = "cholesky" if n * n * 8 * 2 <= budget else ("nystrom" if r0 > 0 else "cg")
+    rho = _check_ridge(ridge, positive=method == "nystrom", method=method)
+    vector = y.ndim == 1
+    y2 = (y[:, None] if vector else y).to(device=op.device)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def done(sol: Tensor, **kw: object) -> SolveResult:
+        timings["total"] = time.perf_counter() - start
+        out = sol.to(y.dtype)
+        return SolveResult(
+            solution=out[:, 0] if vector else out,
+            method=method,
+            timings=timings,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    if method == "cholesky":
+        k = to_dense(op).to(torch.float64, copy=True)  # never the caller's matrix
+        timings["kernel"] = time.perf_counter() - start
+        k.diagonal().add_(rho)
+        chol = cholesky_with_jitter(k, name="K + ridge I")
+        sol = chol.solve(y2.to(torch.float64))
+        timings["factor_solve"] = time.perf_counter() - start - timings["kernel"]
+        resid = torch.linalg.vector_norm(k @ sol - y2.to(torch.float64), dim=0) / (
+            torch.linalg.vector_norm(y2.to(torch.float64), dim=0).clamp_min(1e-300)
+        )
+        return done(sol, iterations=0, residuals=resid.max().reshape(1), jitter=chol.jitter)
+    if method == "cg":
+
+        def apply(v: Tensor) -> Tensor:
+            return op.matmul(v.to(op.dtype)).to(torch.float64) + rho * v
+
+        pre = None
+        if preconditioner == "jacobi":
+            dinv = 1.0 / (op.diagonal().reshape(n).to(torch.float64) + rho).clamp_min(1e-300)
+
+            def pre(r: Tensor) -> Tensor:
+                return dinv[:, None] * r
+
+        res = conjugate_gradient(
+            apply, y2, precondition=pre, tol=tol, max_iter=max_iter or max(n, 10)
+        )
+        timings["iterations"] = time.perf_counter() - start
+        return done(
+            res.solution,
+            iterations=res.iterations,
+            residuals=res.residuals,
+            converged=res.converged,
+        )
+    m = n_centres if n_centres is not None else min(n, math.ceil(4 * math.sqrt(n)))
+    check_positive_int("n_centres", m)
+    if m > n:
+        raise NtklabValueError(f"n_centres: expected at most n = {n}, got {m}")
+    idx = select_centres(op, m, centres, generator=generator)
+    timings["centres"] = time.perf_counter() - start
+    fit = falkon(op, y2, rho, idx, max_memory=budget, tol=tol, max_iter=max_iter or 200)
+    timings["iterations"] = time.perf_counter() - start - timings["centres"]
+    return done(
+        fit.coefficients,
+        iterations=fit.cg.iterations,
+        residuals=fit.cg.residuals,
+        converged=fit.cg.converged,
+        centres=idx,
+    )
+
+
+def predict(operator: KernelOperator, result: SolveResult, x: Tensor) -> Tensor:
+    """Predictions :math:`K(x, X)\\alpha` (or :math:`K(x, \\tilde X)\\alpha` on Nystrom centres)
+    at new points, through the training operator's kernel and tiling.
+
+    Parameters
+    ----------
+    operator : KernelOperator
+        The symmetric training operator that was solved.
+    result : SolveResult
+    x : Tensor of shape (n_test, d)
+
+    Returns
+    -------
+    Tensor of shape (n_test,) or (n_test, k), in the solution's dtype.
+    """
+    if not isinstance(operator, KernelOperator):
+        raise NtklabTypeError(
+            f"operator: expected a KernelOperator (it knows its kernel function), got "
+            f"{type(operator).__name__}"
+        )
+    train = operator if result.centres is None else operator.subset(result.centres)
+    cross = train.cross(x)
+    return cross.matmul(result.solution.to(operator.dtype)).to(result.solution.dtype)
