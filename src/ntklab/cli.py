@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -54,6 +54,23 @@ ForceOption = Annotated[
 ]
 ScaleOption = Annotated[
     str, typer.Option("--scale", help="Scale: tiny (seconds), quick (minutes) or paper.")
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Run on the Dask scheduler at ADDRESS (tcp://host:8786); needs ntklab[dask] and "
+        "an --out every worker can write.",
+    ),
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        metavar="N",
+        help="Run on a local Dask cluster of N worker processes (needs ntklab[dask]).",
+    ),
 ]
 
 
@@ -170,6 +187,17 @@ def _progress_bar() -> Iterator[Progress]:
         yield progress
 
 
+def _dask_client(scheduler: str | None, workers: int | None) -> AbstractContextManager[Any]:
+    """``ntklab.distributed.connect`` for --scheduler / --workers (usage errors exit 2)."""
+    from ntklab.distributed import connect
+
+    if scheduler is not None and workers is not None:
+        _usage_error("--scheduler, --workers: expected at most one of them, got both")
+    if workers is not None and workers < 1:
+        _usage_error(f"--workers: expected a number of workers >= 1, got {workers}")
+    return connect(scheduler, workers)
+
+
 def _progress_callback(progress: Progress, task: TaskID) -> Callable[[float, str], None]:
     def update(fraction: float, message: str) -> None:
         progress.update(task, completed=100.0 * fraction, message=message)
@@ -207,22 +235,30 @@ def run_command(
     ] = None,
     out: OutOption = DEFAULT_OUT,
     force: ForceOption = False,
+    scheduler: SchedulerOption = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Run one experiment and print its verdict, summary, metrics and run folder."""
     from ntklab.experiments import parse_set_options, run_experiment
 
     try:
         overrides = parse_set_options(set_ or [])
-        with _progress_bar() as progress:
-            task = progress.add_task(name, total=100.0, message="")
-            result = run_experiment(
-                name,
-                scale=scale,
-                overrides=overrides,
-                out_root=out,
-                force=force,
-                progress=_progress_callback(progress, task),
-            )
+        if scheduler is not None or workers is not None:
+            from ntklab.distributed import SweepTask, run_sweep
+
+            with _dask_client(scheduler, workers) as client:
+                (result,) = run_sweep([SweepTask(name, scale, overrides)], client, out, force=force)
+        else:
+            with _progress_bar() as progress:
+                task = progress.add_task(name, total=100.0, message="")
+                result = run_experiment(
+                    name,
+                    scale=scale,
+                    overrides=overrides,
+                    out_root=out,
+                    force=force,
+                    progress=_progress_callback(progress, task),
+                )
     except NtklabError as exc:
         _usage_error(str(exc))
     except OSError as exc:
@@ -280,6 +316,8 @@ def reproduce_command(
         list[str] | None,
         typer.Option("--only", metavar="NAME", help="Run only this experiment (repeatable)."),
     ] = None,
+    scheduler: SchedulerOption = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Run every registered experiment, then write report.md and report.html in --out."""
     from ntklab.experiments import resolve_config, run_experiment
@@ -297,30 +335,36 @@ def reproduce_command(
 
     results: list[RunResult] = []
     problems: list[str] = []
-    with _progress_bar() as progress:
-        overall = progress.add_task("all experiments", total=len(experiments), message="")
-        for experiment in experiments:
-            progress.update(overall, message=experiment.name)
-            task = progress.add_task(experiment.name, total=100.0, message="")
-            try:
-                result = run_experiment(
-                    experiment,
-                    scale=scale,
-                    out_root=out,
-                    force=force,
-                    progress=_progress_callback(progress, task),
-                )
-            except NtklabError as exc:
-                progress.stop()
-                _usage_error(str(exc))
-            except OSError as exc:
-                problems.append(f"{experiment.name}: could not write the run ({exc})")
-            else:
-                results.append(result)
-                if result.verdict != "PASS":
-                    problems.append(f"{result.verdict} {result.experiment}: {_reason(result)}")
-            progress.remove_task(task)
-            progress.advance(overall)
+    if scheduler is not None or workers is not None:
+        results = _reproduce_on_dask(experiments, scale, out, force, scheduler, workers)
+        problems = [
+            f"{r.verdict} {r.experiment}: {_reason(r)}" for r in results if r.verdict != "PASS"
+        ]
+    else:
+        with _progress_bar() as progress:
+            overall = progress.add_task("all experiments", total=len(experiments), message="")
+            for experiment in experiments:
+                progress.update(overall, message=experiment.name)
+                task = progress.add_task(experiment.name, total=100.0, message="")
+                try:
+                    result = run_experiment(
+                        experiment,
+                        scale=scale,
+                        out_root=out,
+                        force=force,
+                        progress=_progress_callback(progress, task),
+                    )
+                except NtklabError as exc:
+                    progress.stop()
+                    _usage_error(str(exc))
+                except OSError as exc:
+                    problems.append(f"{experiment.name}: could not write the run ({exc})")
+                else:
+                    results.append(result)
+                    if result.verdict != "PASS":
+                        problems.append(f"{result.verdict} {result.experiment}: {_reason(result)}")
+                progress.remove_task(task)
+                progress.advance(overall)
 
     console = _stdout()
     if results:
@@ -337,6 +381,33 @@ def reproduce_command(
         for problem in problems:
             err.print(Text(f"  {problem}", style="red"))
         raise typer.Exit(1)
+
+
+def _reproduce_on_dask(
+    experiments: Sequence[Experiment],
+    scale: str,
+    out: Path,
+    force: bool,
+    scheduler: str | None,
+    workers: int | None,
+) -> list[RunResult]:
+    """Run the experiments as one sweep on Dask (``reproduce --scheduler/--workers``)."""
+    from ntklab.distributed import SweepTask, run_sweep
+
+    tasks = [SweepTask(e, scale) for e in experiments]
+    try:
+        with _dask_client(scheduler, workers) as client, _progress_bar() as progress:
+            overall = progress.add_task("all experiments", total=len(tasks), message="on dask")
+
+            def advance(index: int, result: RunResult) -> None:
+                progress.update(overall, advance=1, message=result.experiment)
+
+            return run_sweep(tasks, client, out, force=force, on_result=advance)
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    except OSError as exc:
+        _stderr().print(Text(f"error: could not write a run: {exc}", style="red"))
+        raise typer.Exit(1) from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
