@@ -1,62 +1,13 @@
 """The blocked operator and the solvers on it stay under their memory budget (peak RSS).
 
-Same harness as ``tests/empirical/test_memory.py``: a fresh interpreter, the peak resident set
+The ``peak_memory`` fixture of ``tests/conftest.py``: a fresh interpreter, the peak resident set
 (``VmHWM``) reset through ``/proc/self/clear_refs`` just before the measured call, glibc's mmap
 threshold pinned so that freed tiles are returned to the system.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
-
-import pytest
-
-_HARNESS = """
-import gc, os
-os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-import torch
-torch.manual_seed(0)
-{setup}
-gc.collect()
-
-def status(field):
-    with open("/proc/self/status") as f:
-        line = next(line for line in f if line.startswith(field + ":"))
-    return int(line.split()[1]) * 1024
-
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-before = status("VmRSS")
-{call}
-print(status("VmHWM") - before)
-"""
-
-
-@pytest.fixture
-def peak_memory() -> Callable[[str, str], int]:
-    """``peak_memory(setup, call) -> bytes`` grown by ``call``, measured in a subprocess."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("peak RSS measurement reads /proc (Linux)")
-
-    def measure(setup: str, call: str) -> int:
-        code = _HARNESS.format(setup=textwrap.dedent(setup), call=textwrap.dedent(call))
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-            env=env,
-        )
-        return int(done.stdout.strip().splitlines()[-1])
-
-    return measure
-
 
 SETUP = """
 import ntklab as nl
