@@ -180,7 +180,7 @@ def gradient_descent_mse_ensemble(
         t: Any = None, x_test: Tensor | None = None, get: Any = None, compute_cov: bool = False
     ) -> Any:
         names, single = _canonical_get(get)
-        out = {g: dyn.predict(t, x_test, g, compute_cov) for g in names}  # type: ignore[arg-type]
+        out = dyn.predict_many(t, x_test, names, compute_cov)  # type: ignore[arg-type]
         return _pack(out, single)
 
     return predict_fn

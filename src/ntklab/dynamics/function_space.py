@@ -324,15 +324,34 @@ class EnsembleDynamics:
         -------
         Tensor of shape ``t.shape + (m, k)``, or Gaussian with covariance ``t.shape + (m, m)``
         """
-        if get not in ("nngp", "ntk"):
-            raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {get!r}")
+        return self.predict_many(t, x_test, (get,), compute_cov)[get]
+
+    def predict_many(
+        self,
+        t: object | None,
+        x_test: Tensor | None,
+        gets: tuple[Get, ...],
+        compute_cov: bool = False,
+    ) -> dict[str, Tensor | Gaussian]:
+        """:meth:`predict` for several ``get`` at once; the test kernels are computed once."""
+        for get in gets:
+            if get not in ("nngp", "ntk"):
+                raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {get!r}")
         y = self.y_train
-        fac = self.factor(get)
         nngp_train = self.train_kernels.nngp.to(y.dtype)
         if x_test is None:
-            return gaussian_at(
-                fac, t, y, nngp_train, compute_cov=compute_cov, get=get, vector=self.vector
-            )
+            return {
+                get: gaussian_at(
+                    self.factor(get),
+                    t,
+                    y,
+                    nngp_train,
+                    compute_cov=compute_cov,
+                    get=get,
+                    vector=self.vector,
+                )
+                for get in gets
+            }
         check_matrix("x_test", x_test)
         if x_test.shape[1] != self.x_train.shape[1]:
             raise NtklabValueError(
@@ -341,19 +360,21 @@ class EnsembleDynamics:
             )
         k_td = _kernel_of(self.kernel_fn, x_test, self.x_train)
         k_tt = _kernel_of(self.kernel_fn, x_test, None).nngp if compute_cov else None
-        out = gaussian_at(
-            fac,
-            t,
-            y,
-            nngp_train,
-            theta_td=getattr(k_td, get),
-            nngp_td=k_td.nngp,
-            nngp_tt=k_tt,
-            compute_cov=compute_cov,
-            get=get,
-            vector=self.vector,
-        )
-        return out
+        return {
+            get: gaussian_at(
+                self.factor(get),
+                t,
+                y,
+                nngp_train,
+                theta_td=getattr(k_td, get),
+                nngp_td=k_td.nngp,
+                nngp_tt=k_tt,
+                compute_cov=compute_cov,
+                get=get,
+                vector=self.vector,
+            )
+            for get in gets
+        }
 
 
 def gaussian_at(
