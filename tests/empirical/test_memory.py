@@ -1,10 +1,9 @@
 """Blocked evaluation stays under its memory budget: peak memory measured, not timed.
 
-The ``peak_memory`` fixture (``tests/conftest.py``) runs a snippet in a fresh interpreter, resets the kernel's peak
-resident-set counter (``/proc/self/clear_refs``) just before the measured call, and reports
-the growth of the peak (``VmHWM``) over the resident size at that moment: everything the call
-touched, libraries' scratch included. (``getrusage``'s ``ru_maxrss`` would not do: Linux
-keeps it across ``execve``, so it would include the pytest parent's size.)
+The ``peak_memory`` fixture (``tests/conftest.py``) runs a snippet in a fresh interpreter,
+resets the kernel's peak resident-set counter (``/proc/self/clear_refs``) just before the
+measured call, and reports the growth of the peak (``VmHWM``) over the resident size at that
+moment: everything the call touched, libraries' scratch included.
 """
 
 from __future__ import annotations
