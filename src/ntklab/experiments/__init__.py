@@ -7,13 +7,22 @@ time). Run one with :func:`run_experiment` or ``ntklab run NAME``; all of them w
 
 # ruff: noqa: I001  (experiment modules must be imported after the re-exports they use)
 from .base import (
+    JUDGED_SCALES,
     REQUIRED_SCALES,
+    Count,
     Experiment,
     ExperimentConfig,
+    Judgement,
+    Measurement,
     Metric,
+    Metrics,
+    NonNegativeCount,
     Outcome,
+    PositiveFloat,
     ProgressCallback,
     RunContext,
+    metrics_by_name,
+    metrics_from_values,
     no_progress,
 )
 from .config import config_hash, parse_set_options, resolve_config
@@ -44,11 +53,18 @@ from . import gp_convergence  # noqa: F401
 from . import cntk_vs_cnn  # noqa: F401
 
 __all__ = [
+    "JUDGED_SCALES",
     "REQUIRED_SCALES",
+    "Count",
     "Experiment",
     "ExperimentConfig",
+    "Judgement",
+    "Measurement",
     "Metric",
+    "Metrics",
+    "NonNegativeCount",
     "Outcome",
+    "PositiveFloat",
     "ProgressCallback",
     "RunContext",
     "RunResult",
@@ -56,6 +72,8 @@ __all__ = [
     "config_hash",
     "get_experiment",
     "list_experiments",
+    "metrics_by_name",
+    "metrics_from_values",
     "no_progress",
     "parse_set_options",
     "register",

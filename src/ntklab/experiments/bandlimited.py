@@ -330,6 +330,6 @@ EXPERIMENT = register(
                 "ntk_depths": [1, 2, 3, 4],
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

@@ -1,20 +1,37 @@
 """The data an experiment is made of: its config, its metrics, its outcome and its context.
 
-An experiment is a short script of a claim. It declares a typed config
-(:class:`ExperimentConfig`), a run function ``run(config, ctx) -> Outcome`` and the
-scales it runs at; the runner (:mod:`ntklab.experiments.runner`) does everything else:
-resolving the config, seeding, timing, writing the run folder and the verdict.
+An experiment is a short script of a claim in three pure steps, and a typed config
+(:class:`ExperimentConfig`) with the scales it runs at:
+
+- ``measure(config, ctx) -> Measurement``: data and computation to figures (metrics) and the
+  arrays the plots need;
+- ``judge(config, metrics) -> Judgement``: figures to a verdict, with the criterion's constants
+  named beside it and the criterion's text rendered from the grid that actually ran;
+- ``draw(config, metrics, arrays) -> {name: Figure}``: figures to plots.
+
+:meth:`Experiment.run` only chains them into an :class:`Outcome`; the runner
+(:mod:`ntklab.experiments.runner`) does everything else: resolving the config, seeding,
+timing, writing the run folder and the verdict.
 
 Example
 -------
->>> from ntklab.experiments import ExperimentConfig, Metric, Outcome, RunContext
+>>> from ntklab.experiments import (
+...     ExperimentConfig, Judgement, Measurement, Metric, RunContext)
+>>> SLOPE_RANGE = (-2.1, -1.9)
 >>> class SlopeConfig(ExperimentConfig):
 ...     n: int = 64
->>> def run(config: SlopeConfig, ctx: RunContext) -> Outcome:
-...     slope = -2.0
-...     ok = -2.1 <= slope <= -1.9
-...     m = Metric("slope", slope, predicted="[-2.1, -1.9]")
-...     return Outcome(metrics=(m,), passed=ok, summary=f"slope {slope:.2f} in [-2.1, -1.9]")
+>>> def measure(config: SlopeConfig, ctx: RunContext) -> Measurement:
+...     return Measurement(metrics=(Metric("slope", -2.0, predicted=str(SLOPE_RANGE)),))
+>>> def judge(config: SlopeConfig, metrics) -> Judgement:
+...     slope = metrics["slope"].value
+...     lo, hi = SLOPE_RANGE
+...     return Judgement(
+...         passed=lo <= slope <= hi,
+...         summary=f"slope {slope:.2f} at n = {config.n}",
+...         criterion=f"slope in [{lo}, {hi}] at n = {config.n}",
+...     )
+>>> judge(SlopeConfig(), metrics_by_name(measure(SlopeConfig(), None).metrics)).passed
+True
 """
 
 from __future__ import annotations
@@ -27,9 +44,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
@@ -39,13 +56,22 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "JUDGED_SCALES",
     "REQUIRED_SCALES",
+    "Count",
     "Experiment",
     "ExperimentConfig",
+    "Judgement",
+    "Measurement",
     "Metric",
+    "Metrics",
+    "NonNegativeCount",
     "Outcome",
+    "PositiveFloat",
     "ProgressCallback",
     "RunContext",
+    "metrics_by_name",
+    "metrics_from_values",
     "no_progress",
 ]
 
@@ -55,6 +81,18 @@ ProgressCallback = Callable[[float, str], None]
 #: Every experiment defines at least these scales: ``tiny`` (tests, seconds), ``quick``
 #: (``ntklab reproduce``, minutes on a laptop) and ``paper`` (the full grid).
 REQUIRED_SCALES: tuple[str, ...] = ("tiny", "quick", "paper")
+
+#: The scales whose runs are judged. Any other scale (``tiny``) is a smoke run: its judgement
+#: is recorded (``RunResult.criterion_met``) but its verdict is ``"SMOKE"``, never PASS/FAIL,
+#: since its grid is too small for the claim's criterion to mean anything.
+JUDGED_SCALES: tuple[str, ...] = ("quick", "paper")
+
+#: A size or count of at least 1 (points, widths, seeds, bins, steps, ...).
+Count = Annotated[int, Field(ge=1)]
+#: A count that may be 0 (bootstrap resamples, warm-up steps, ...).
+NonNegativeCount = Annotated[int, Field(ge=0)]
+#: A finite, strictly positive real (a learning rate, a ridge, a standard deviation, ...).
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FIGURE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -189,6 +227,9 @@ class Outcome:
         Saved together in ``arrays.npz``.
     notes : tuple of str
         Remarks the report prints under the metrics (caveats, excluded points, ...).
+    criterion : str
+        The criterion as it applies to the grid that ran (from :class:`Judgement`); empty
+        for the experiment's general :attr:`Experiment.criterion`.
     """
 
     metrics: tuple[Metric, ...]
@@ -197,6 +238,7 @@ class Outcome:
     figures: Mapping[str, Figure] = field(default_factory=dict)
     arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    criterion: str = ""
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -226,6 +268,140 @@ class Outcome:
         object.__setattr__(self, "notes", tuple(str(n) for n in notes))
         object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
+        if not isinstance(self.criterion, str):
+            raise NtklabTypeError(
+                f"Outcome criterion: expected str, received {type(self.criterion).__name__}"
+            )
+
+
+#: Metrics by name, as :meth:`Experiment.judge` and :meth:`Experiment.draw` receive them.
+Metrics = Mapping[str, Metric]
+
+
+def metrics_by_name(metrics: tuple[Metric, ...] | list[Metric]) -> Metrics:
+    """``{metric.name: metric}``, refusing duplicate names.
+
+    Raises
+    ------
+    NtklabValueError
+        When two metrics share a name (the judge could not tell which one it reads).
+    """
+    table: dict[str, Metric] = {}
+    for metric in metrics:
+        if metric.name in table:
+            raise NtklabValueError(
+                f"metrics: expected unique names, received {metric.name!r} twice"
+            )
+        table[metric.name] = metric
+    return MappingProxyType(table)
+
+
+def metrics_from_values(values: Mapping[str, float | tuple[float, float, float]]) -> Metrics:
+    """Metrics built from plain numbers, for table-driven tests of a judge.
+
+    Parameters
+    ----------
+    values : mapping
+        ``name -> value`` or ``name -> (value, ci_low, ci_high)``.
+
+    Examples
+    --------
+    >>> m = metrics_from_values({"slope": -2.0, "rate": (0.5, 0.4, 0.6)})
+    >>> m["rate"].ci_high
+    0.6
+    """
+    out = []
+    for name, raw in values.items():
+        if isinstance(raw, tuple):
+            value, low, high = raw
+            out.append(Metric(name, value, ci_low=low, ci_high=high))
+        else:
+            out.append(Metric(name, raw))
+    return metrics_by_name(out)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What an experiment's ``measure`` step returns: figures, arrays, remarks.
+
+    Parameters
+    ----------
+    metrics : tuple of Metric
+        The measured figures, in the order the report shows them (unique names).
+    arrays : mapping of str to ndarray or Tensor
+        Everything ``draw`` plots (and what a reader may want to re-plot), saved together in
+        ``arrays.npz``. ``draw`` receives them as NumPy arrays.
+    notes : tuple of str
+        Remarks about how the figures were measured (caveats, excluded points, ...).
+    """
+
+    metrics: tuple[Metric, ...]
+    arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        metrics = tuple(self.metrics)
+        for i, metric in enumerate(metrics):
+            if not isinstance(metric, Metric):
+                raise NtklabTypeError(
+                    f"Measurement metrics[{i}]: expected Metric, received {type(metric).__name__}"
+                )
+        metrics_by_name(metrics)  # unique names
+        object.__setattr__(self, "metrics", metrics)
+        for name in self.arrays:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise NtklabValueError(
+                    f"Measurement arrays: expected identifiers as names, received {name!r}"
+                )
+        object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
+        notes = (self.notes,) if isinstance(self.notes, str) else tuple(self.notes)
+        object.__setattr__(self, "notes", tuple(str(n) for n in notes))
+
+    @property
+    def by_name(self) -> Metrics:
+        """The metrics by name."""
+        return metrics_by_name(self.metrics)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What an experiment's ``judge`` step returns.
+
+    Parameters
+    ----------
+    passed : bool
+        Whether the metrics meet the claim's criterion.
+    summary : str
+        One line, measured vs predicted, e.g. ``"NTK slopes -2.00..-1.98 in [-2.1,-1.9]"``.
+    criterion : str
+        The criterion as applied, rendered from the config that ran (its grid, its
+        thresholds), e.g. ``"slope in [-2.1, -1.9] for depths 1, 3"``.
+    """
+
+    passed: bool
+    summary: str
+    criterion: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "passed", _as_bool(self.passed, "Judgement passed"))
+        for name in ("summary", "criterion"):
+            if not isinstance(getattr(self, name), str):
+                raise NtklabTypeError(
+                    f"Judgement {name}: expected str, received {type(getattr(self, name)).__name__}"
+                )
+
+
+def arrays_as_numpy(
+    arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor],
+) -> Mapping[str, np.ndarray[Any, Any]]:
+    """The arrays as NumPy arrays (tensors detached and moved to the CPU)."""
+    import numpy as np
+
+    out: dict[str, np.ndarray[Any, Any]] = {}
+    for name, array in arrays.items():
+        detach = getattr(array, "detach", None)
+        out[name] = np.asarray(detach().cpu().numpy() if callable(detach) else array)
+    return MappingProxyType(out)
 
 
 @dataclass(frozen=True)
@@ -309,8 +485,12 @@ class Experiment:
     scales : mapping of str to mapping
         ``scale -> {field: value}`` overrides of the config defaults; must contain
         ``"tiny"``, ``"quick"`` and ``"paper"``.
-    run : callable
-        ``run(config, ctx) -> Outcome``.
+    measure : callable
+        ``measure(config, ctx) -> Measurement``.
+    judge : callable
+        ``judge(config, metrics) -> Judgement``; pure, metrics by name.
+    draw : callable
+        ``draw(config, metrics, arrays) -> {name: Figure}``; pure, arrays as NumPy.
     """
 
     name: str
@@ -319,7 +499,10 @@ class Experiment:
     criterion: str
     config_type: type[ExperimentConfig]
     scales: Mapping[str, Mapping[str, Any]]
-    run: Callable[[Any, RunContext], Outcome]
+    measure: Callable[[Any, RunContext], Measurement] | None = None
+    judge: Callable[[Any, Metrics], Judgement] | None = None
+    draw: Callable[[Any, Metrics, Mapping[str, Any]], Mapping[str, Figure]] | None = None
+    legacy_run: Callable[[Any, RunContext], Outcome] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -339,11 +522,13 @@ class Experiment:
                 f"Experiment {self.name!r} config_type: expected a subclass of "
                 f"ExperimentConfig, received {self.config_type!r}"
             )
-        if not callable(self.run):
-            raise NtklabTypeError(
-                f"Experiment {self.name!r} run: expected a callable run(config, ctx), "
-                f"received {type(self.run).__name__}"
-            )
+        if self.legacy_run is None:
+            for step in ("measure", "judge", "draw"):
+                if not callable(getattr(self, step)):
+                    raise NtklabTypeError(
+                        f"Experiment {self.name!r} {step}: expected a callable, "
+                        f"received {type(getattr(self, step)).__name__}"
+                    )
         missing = [s for s in REQUIRED_SCALES if s not in self.scales]
         if missing:
             raise NtklabValueError(
@@ -351,6 +536,34 @@ class Experiment:
                 f"missing {missing}"
             )
         object.__setattr__(self, "scales", _freeze_scales(self.scales))
+
+    def run(self, config: ExperimentConfig, ctx: RunContext) -> Outcome:
+        """``measure``, then ``judge`` and ``draw`` on what it measured, as one Outcome."""
+        if self.legacy_run is not None:
+            return self.legacy_run(config, ctx)
+        assert self.measure is not None and self.judge is not None and self.draw is not None
+        measurement = self.measure(config, ctx)
+        if not isinstance(measurement, Measurement):
+            raise NtklabTypeError(
+                f"measure of {self.name!r}: expected a Measurement, "
+                f"received {type(measurement).__name__}"
+            )
+        metrics = measurement.by_name
+        judgement = self.judge(config, metrics)
+        if not isinstance(judgement, Judgement):
+            raise NtklabTypeError(
+                f"judge of {self.name!r}: expected a Judgement, received {type(judgement).__name__}"
+            )
+        figures = self.draw(config, metrics, arrays_as_numpy(measurement.arrays))
+        return Outcome(
+            metrics=measurement.metrics,
+            passed=judgement.passed,
+            summary=judgement.summary,
+            figures=figures,
+            arrays=measurement.arrays,
+            notes=measurement.notes,
+            criterion=judgement.criterion,
+        )
 
     @property
     def short_claim(self) -> str:

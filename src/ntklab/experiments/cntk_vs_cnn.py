@@ -267,6 +267,6 @@ EXPERIMENT = register(
                 "max_memory_mb": 16384,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

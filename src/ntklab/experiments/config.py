@@ -2,8 +2,9 @@
 
 The config of a run is, in order of precedence: the ``--set key=value`` overrides, the
 scale's overrides (``experiment.scales[scale]``), the config class's defaults. The run
-folder is keyed by :func:`config_hash` of the result, so a rerun with the same config finds
-and reuses the earlier run.
+folder is keyed by :func:`config_hash` of the result together with the fingerprint of the
+code (:mod:`ntklab.experiments.fingerprint`), so a rerun with the same config and the same
+code finds and reuses the earlier run, and a code change recomputes.
 """
 
 from __future__ import annotations
@@ -302,7 +303,9 @@ def canonical_json(value: Any) -> str:
 
 
 def config_hash(experiment: Experiment | str, scale: str, config: ExperimentConfig) -> str:
-    """Stable 12-hex-digit key of a run: sha256 of (name, scale, config, ntklab version).
+    """Stable 12-hex-digit hash of what was asked for: sha256 of (name, scale, config).
+
+    The run folder's key adds the code that ran (:func:`~ntklab.experiments.fingerprint.run_key`).
 
     Parameters
     ----------
@@ -323,6 +326,5 @@ def config_hash(experiment: Experiment | str, scale: str, config: ExperimentConf
         "experiment": name,
         "scale": scale,
         "config": config.model_dump(mode="json"),
-        "ntklab": package_version(),
     }
     return hashlib.sha256(canonical_json(payload).encode("ascii")).hexdigest()[:12]

@@ -339,6 +339,6 @@ EXPERIMENT = register(
             "quick": {},
             "paper": {"n": 1000, "repeats": 100, "rf_n": 500, "rf_repeats": 50},
         },
-        run=run,
+        legacy_run=run,
     )
 )

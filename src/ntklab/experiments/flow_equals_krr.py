@@ -336,6 +336,6 @@ EXPERIMENT = register(
             "quick": {},
             "paper": {"n_train": 256, "n_test": 64, "width": 1024, "members": 4000, "chunk": 50},
         },
-        run=run,
+        legacy_run=run,
     )
 )

@@ -404,6 +404,6 @@ EXPERIMENT = register(
                 "learning_rate": 0.1,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

@@ -222,6 +222,6 @@ EXPERIMENT = register(
                 "betas": [0.25, 0.5, 1.0, 2.0],
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

@@ -337,6 +337,6 @@ EXPERIMENT = register(
                 "n_train": 64,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

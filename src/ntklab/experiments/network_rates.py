@@ -299,6 +299,6 @@ EXPERIMENT = register(
                 "n_seeds": 20,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

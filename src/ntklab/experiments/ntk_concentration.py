@@ -272,6 +272,6 @@ EXPERIMENT = register(
                 "activations": ["erf", "tanh"],
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

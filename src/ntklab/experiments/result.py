@@ -4,9 +4,18 @@
 ``"Infinity"`` and ``"-Infinity"``). Its fields, one per attribute of :class:`RunResult`
 except ``run_dir`` and ``reused`` (which depend on where and how it is read)::
 
-    schema_version, experiment, claim_id, claim, scale, config_hash, config, metrics,
-    criterion, verdict, summary, notes, versions, seed, wall_time_s, started_at,
-    figures, arrays, error
+    schema_version, experiment, claim_id, claim, scale, config_hash, run_key, code,
+    config, metrics, criterion, verdict, criterion_met, summary, notes, versions, seed,
+    wall_time_s, started_at, figures, arrays, error
+
+What a verdict means:
+
+- ``PASS`` / ``FAIL``: at a judged scale (``quick``, ``paper``), the measured figures meet /
+  miss the claim's criterion, as ``criterion`` states it for the grid that ran;
+- ``SMOKE``: a ``tiny`` run, which checks that the code runs end to end; its grid is too small
+  for the criterion, so it is not judged (``criterion_met`` still records the judge's answer,
+  for tests);
+- ``ERROR``: the experiment raised (``error`` holds the traceback).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import json
 import math
 import platform
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -34,10 +43,10 @@ __all__ = [
     "collect_versions",
 ]
 
-Verdict = Literal["PASS", "FAIL", "ERROR"]
-VERDICTS: tuple[Verdict, ...] = ("PASS", "FAIL", "ERROR")
+Verdict = Literal["PASS", "FAIL", "ERROR", "SMOKE"]
+VERDICTS: tuple[Verdict, ...] = ("PASS", "FAIL", "ERROR", "SMOKE")
 RESULT_FILE = "result.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -121,8 +130,11 @@ class RunResult:
         The resolved config (JSON values).
     metrics : tuple of Metric
         The measured figures (empty on ERROR).
-    verdict : {"PASS", "FAIL", "ERROR"}
-        Whether the criterion was met; ERROR when the run function raised.
+    verdict : {"PASS", "FAIL", "ERROR", "SMOKE"}
+        Whether the criterion was met; ERROR when the experiment raised; SMOKE for a run at
+        a scale that is not judged (``tiny``).
+    criterion_met : bool or None
+        The judge's answer (also at a smoke scale); None on ERROR.
     summary : str
         One line, measured vs predicted (the error's last line on ERROR).
     notes : tuple of str
@@ -146,7 +158,14 @@ class RunResult:
     arrays : str or None
         Name of the ``.npz`` file holding the arrays, relative to ``run_dir``.
     config_hash : str
-        The key of the run folder (see :func:`~ntklab.experiments.config_hash`).
+        Hash of experiment, scale and config (see :func:`~ntklab.experiments.config_hash`).
+    run_key : str
+        Key of the run folder: the config hash and the code fingerprint.
+    code : dict
+        The code fingerprint (:meth:`~ntklab.experiments.fingerprint.CodeFingerprint.as_dict`).
+    other_code : bool
+        Whether this result was made by code other than the running one (reused only with
+        ``reuse_any``; see :mod:`ntklab.experiments.fingerprint`).
     """
 
     experiment: str
@@ -169,6 +188,10 @@ class RunResult:
     error: str | None = None
     arrays: str | None = None
     config_hash: str = ""
+    run_key: str = ""
+    code: dict[str, str] = field(default_factory=dict)
+    criterion_met: bool | None = None
+    other_code: bool = False
 
     @property
     def passed(self) -> bool:
@@ -189,10 +212,13 @@ class RunResult:
             "claim": self.claim,
             "scale": self.scale,
             "config_hash": self.config_hash,
+            "run_key": self.run_key,
+            "code": dict(self.code),
             "config": self.config,
             "metrics": [metric_to_dict(m) for m in self.metrics],
             "criterion": self.criterion,
             "verdict": self.verdict,
+            "criterion_met": self.criterion_met,
             "summary": self.summary,
             "notes": list(self.notes),
             "versions": dict(self.versions),
@@ -275,8 +301,18 @@ class RunResult:
             error=None if error is None else str(error),
             arrays=None if arrays is None else str(arrays),
             config_hash=str(data.get("config_hash", "")),
+            run_key=str(data.get("run_key", "")),
+            code={str(k): str(v) for k, v in dict(data.get("code") or {}).items()},
+            criterion_met=_optional_bool(data.get("criterion_met"), f"{source}: criterion_met"),
         )
 
-    def as_reused(self) -> RunResult:
-        """This result flagged as found on disk."""
-        return replace(self, reused=True)
+    def as_reused(self, other_code: bool = False) -> RunResult:
+        """This result flagged as found on disk (and, with ``other_code``, as made by other
+        code than the running one)."""
+        return replace(self, reused=True, other_code=other_code)
+
+
+def _optional_bool(value: object, where: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise NtklabValueError(f"{where}: expected true, false or null, received {value!r}")

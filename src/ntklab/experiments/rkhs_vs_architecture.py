@@ -325,6 +325,6 @@ EXPERIMENT = register(
                 "net_grid": 1048576,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

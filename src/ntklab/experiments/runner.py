@@ -1,14 +1,23 @@
 """Running an experiment into its run folder, atomically, with resume.
 
-A run of experiment ``NAME`` at scale ``SCALE`` lives in ``<out_root>/NAME/SCALE-<hash>/``
-where ``<hash>`` is :func:`~ntklab.experiments.config_hash` of its config. The runner
+A run of experiment ``NAME`` at scale ``SCALE`` lives in ``<out_root>/NAME/SCALE-<key>/``
+where ``<key>`` is :func:`~ntklab.experiments.fingerprint.run_key`: the hash of its config
+together with the fingerprint of the code that runs it. The runner
 
 1. resolves the config and checks that ``out_root`` can be written (before running);
-2. returns the existing run if its ``result.json`` is valid, unless ``force`` (resume);
+2. returns the existing run if its ``result.json`` is valid, unless ``force`` (resume). A run
+   made by other code lies in another folder and is not reused (it is kept, not
+   overwritten), unless ``reuse_any``: then the newest finished run of the same config is
+   returned, labelled ``other_code``;
 3. runs the experiment in a temporary sibling folder, with torch's global RNG seeded from the
    config (and restored afterwards), timing it and catching its exceptions (verdict ERROR);
+   SIGINT and SIGTERM remove the temporary folder, and temporary folders left by killed
+   processes are removed at the next start;
 4. saves the figures (PNG, dpi 120) and arrays (``arrays.npz``), writes ``result.json``, and
    renames the folder into place: a crash never leaves a half-written run folder.
+
+Runs at a scale outside :data:`~ntklab.experiments.base.JUDGED_SCALES` (``tiny``) are smoke
+runs: their verdict is ``SMOKE`` and their judgement is only recorded.
 """
 
 from __future__ import annotations
@@ -18,8 +27,10 @@ import datetime as dt
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -30,12 +41,27 @@ from typing import Any
 
 from ntklab.errors import NtklabValueError
 
-from .base import Experiment, ExperimentConfig, Outcome, ProgressCallback, RunContext
+from .base import (
+    JUDGED_SCALES,
+    Experiment,
+    ExperimentConfig,
+    Outcome,
+    ProgressCallback,
+    RunContext,
+)
 from .config import config_hash, resolve_config
+from .fingerprint import code_fingerprint, run_key
 from .registry import get_experiment
 from .result import RESULT_FILE, RunResult, collect_versions
 
-__all__ = ["ARRAYS_FILE", "FIGURE_DPI", "run_dir_for", "run_experiment"]
+__all__ = [
+    "ARRAYS_FILE",
+    "FIGURE_DPI",
+    "RunInterrupted",
+    "remove_stale_temp_dirs",
+    "run_dir_for",
+    "run_experiment",
+]
 
 logger = logging.getLogger("ntklab")
 
@@ -43,9 +69,66 @@ ARRAYS_FILE = "arrays.npz"
 FIGURE_DPI = 120
 
 
-def run_dir_for(out_root: Path, experiment: Experiment, scale: str, digest: str) -> Path:
-    """The run folder ``<out_root>/<name>/<scale>-<digest>``."""
-    return Path(out_root) / experiment.name / f"{scale}-{digest}"
+def run_dir_for(out_root: Path, experiment: Experiment, scale: str, key: str) -> Path:
+    """The run folder ``<out_root>/<name>/<scale>-<key>``."""
+    return Path(out_root) / experiment.name / f"{scale}-{key}"
+
+
+_TEMP_MARK = ".tmp-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temp_dirs(folder: Path) -> tuple[Path, ...]:
+    """Remove the temporary run folders in ``folder`` whose process no longer runs.
+
+    A temporary folder is named ``.<run>.tmp-<pid>-<random>``; a process killed by SIGKILL
+    (or a machine that went down) leaves one behind. Returns the folders removed.
+    """
+    removed = []
+    if not folder.is_dir():
+        return ()
+    for child in folder.iterdir():
+        name = child.name
+        if not (name.startswith(".") and _TEMP_MARK in name and child.is_dir()):
+            continue
+        pid_text = name.split(_TEMP_MARK, 1)[1].split("-", 1)[0]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != 0:
+            continue
+        shutil.rmtree(child, ignore_errors=True)
+        removed.append(child)
+        logger.info("removed stale temporary run folder %s", child)
+    return tuple(removed)
+
+
+class RunInterrupted(BaseException):
+    """Raised inside a run when the process receives SIGTERM (SIGINT raises
+    :class:`KeyboardInterrupt`); the runner removes its temporary folder and re-raises."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into :class:`RunInterrupted` for the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise RunInterrupted(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _out_error(out_root: Path, reason: str) -> NtklabValueError:
@@ -60,7 +143,9 @@ def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
         raise _out_error(out_root, "it is a file, not a directory")
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        temp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.tmp-", dir=run_dir.parent))
+        remove_stale_temp_dirs(run_dir.parent)
+        prefix = f".{run_dir.name}{_TEMP_MARK}{os.getpid()}-"
+        temp = Path(tempfile.mkdtemp(prefix=prefix, dir=run_dir.parent))
         temp.chmod(0o755)  # mkdtemp creates 0700; run folders are meant to be shared
         return temp
     except OSError as exc:
@@ -84,7 +169,27 @@ def _load_reusable(run_dir: Path, config: ExperimentConfig) -> RunResult | None:
     if result.config != config.model_dump(mode="json"):
         logger.warning("config in %s differs from the requested one, rerunning", path)
         return None
-    return result.as_reused()
+    return result
+
+
+def _load_any_code(
+    run_dir: Path, scale: str, digest: str, config: ExperimentConfig
+) -> RunResult | None:
+    """The newest finished run of the same config by any code (for ``reuse_any``)."""
+    candidates = []
+    folder = run_dir.parent
+    if not folder.is_dir():
+        return None
+    for child in folder.glob(f"{scale}-*"):
+        if child.name.startswith("."):
+            continue
+        result = _load_reusable(child, config)
+        if result is not None and result.config_hash == digest:
+            candidates.append(result)
+    if not candidates:
+        return None
+    newest = max(candidates, key=lambda r: r.started_at)
+    return newest.as_reused(other_code=newest.run_key != run_dir.name.split("-", 1)[1])
 
 
 def _checked_progress(callback: ProgressCallback | None) -> ProgressCallback:
@@ -248,9 +353,17 @@ def _build_result(
 ) -> RunResult:
     figures, arrays, error = outputs
     ok = outcome is not None and error is None
+    criterion = experiment.criterion
+    criterion_met: bool | None = None
     if ok and outcome is not None:
-        verdict: Any = "PASS" if outcome.passed else "FAIL"
-        summary = outcome.summary
+        criterion_met = outcome.passed
+        criterion = outcome.criterion or experiment.criterion
+        if scale in JUDGED_SCALES:
+            verdict: Any = "PASS" if outcome.passed else "FAIL"
+            summary = outcome.summary
+        else:
+            verdict = "SMOKE"
+            summary = f"smoke run, not judged: {outcome.summary}"
     else:
         verdict = "ERROR"
         summary = f"error: {_last_line(error or '')}"
@@ -261,8 +374,9 @@ def _build_result(
         scale=scale,
         config=config.model_dump(mode="json"),
         metrics=outcome.metrics if ok and outcome is not None else (),
-        criterion=experiment.criterion,
+        criterion=criterion,
         verdict=verdict,
+        criterion_met=criterion_met,
         summary=summary,
         notes=_notes(outcome),
         versions=collect_versions(),
@@ -275,6 +389,8 @@ def _build_result(
         error=error,
         arrays=arrays,
         config_hash=digest,
+        run_key=run_dir.name.split("-", 1)[1],
+        code=code_fingerprint().as_dict(),
     )
 
 
@@ -285,6 +401,7 @@ def run_experiment(
     out_root: Path | str = Path("ntklab-runs"),
     force: bool = False,
     progress: ProgressCallback | None = None,
+    reuse_any: bool = False,
 ) -> RunResult:
     """Run an experiment (or reuse its earlier run) and write its run folder.
 
@@ -299,15 +416,20 @@ def run_experiment(
     out_root : Path
         Root of the run folders (the CLI's ``--out``).
     force : bool
-        Rerun even when a finished run with the same config exists.
+        Rerun even when a finished run with the same config and code exists.
     progress : callable, optional
         ``progress(fraction, message)``, called by the experiment and at start and end.
+    reuse_any : bool
+        Reuse a finished run of the same config made by other code (another version of
+        ntklab's source, torch or numpy) when there is no run by this code; the result is
+        then labelled ``other_code``. Off by default: a code change recomputes.
 
     Returns
     -------
     RunResult
         The result; ``verdict`` is ``"ERROR"`` (with the traceback in ``error``) when the
-        experiment raised. ``reused`` tells whether it was found on disk.
+        experiment raised, ``"SMOKE"`` at a scale that is not judged. ``reused`` tells
+        whether it was found on disk, ``other_code`` whether other code made it.
 
     Raises
     ------
@@ -325,39 +447,45 @@ def run_experiment(
     config = resolve_config(experiment, scale, overrides)
     digest = config_hash(experiment, scale, config)
     out_root = Path(out_root)
-    run_dir = run_dir_for(out_root, experiment, scale, digest)
+    run_dir = run_dir_for(out_root, experiment, scale, run_key(digest))
     report = _checked_progress(progress)
 
     if not force:
         previous = _load_reusable(run_dir, config)
+        if previous is None and reuse_any:
+            previous = _load_any_code(run_dir, scale, digest, config)
+        elif previous is not None:
+            previous = previous.as_reused()
         if previous is not None:
-            logger.info("reusing %s", run_dir)
+            logger.info("reusing %s", previous.run_dir)
             report(1.0, "reused")
             return previous
 
-    temp_dir = _make_temp_dir(out_root, run_dir)
-    try:
-        ctx = RunContext(
-            out_dir=temp_dir,
-            progress=report,
-            experiment=experiment.name,
-            scale=scale,
-            seed=config.seed,
-            logger=logger.getChild(experiment.name),
-        )
-        started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        logger.info("running %s at scale %s into %s", experiment.name, scale, run_dir)
-        report(0.0, "starting")
-        outcome, error, seconds = _call_experiment(experiment, config, ctx)
-        outputs = _materialize(outcome, error, temp_dir)
-        result = _build_result(
-            experiment, scale, config, digest, run_dir, started_at, seconds, outcome, outputs
-        )
-        result.write_json(temp_dir / RESULT_FILE)
-        _install(temp_dir, run_dir)
-    except BaseException:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        raise
+    with _sigterm_interrupts():
+        temp_dir = _make_temp_dir(out_root, run_dir)
+        try:
+            ctx = RunContext(
+                out_dir=temp_dir,
+                progress=report,
+                experiment=experiment.name,
+                scale=scale,
+                seed=config.seed,
+                logger=logger.getChild(experiment.name),
+            )
+            now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            started_at = now.replace("+00:00", "Z")
+            logger.info("running %s at scale %s into %s", experiment.name, scale, run_dir)
+            report(0.0, "starting")
+            outcome, error, seconds = _call_experiment(experiment, config, ctx)
+            outputs = _materialize(outcome, error, temp_dir)
+            result = _build_result(
+                experiment, scale, config, digest, run_dir, started_at, seconds, outcome, outputs
+            )
+            result.write_json(temp_dir / RESULT_FILE)
+            _install(temp_dir, run_dir)
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
     logger.info("%s: %s (%.2f s)", experiment.name, result.verdict, seconds)
     report(1.0, result.verdict)
     return result

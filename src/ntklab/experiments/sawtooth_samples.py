@@ -256,6 +256,6 @@ EXPERIMENT = register(
                 "n_test": 8192,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

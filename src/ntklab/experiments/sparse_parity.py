@@ -271,6 +271,6 @@ EXPERIMENT = register(
                 "min_ratio": 1e4,
             },
         },
-        run=run,
+        legacy_run=run,
     )
 )

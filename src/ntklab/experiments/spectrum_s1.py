@@ -227,6 +227,6 @@ EXPERIMENT = register(
             "quick": {},
             "paper": {"depths": list(range(1, 17)), "k_max": 2048, "grid": 65536},
         },
-        run=run,
+        legacy_run=run,
     )
 )

@@ -3,7 +3,9 @@
 - :func:`registered` registers experiments for the duration of a ``with`` block and restores
   the registry afterwards (a test fixture's body);
 - :func:`run_tiny` runs an experiment end to end at its ``tiny`` scale and fails with the
-  experiment's traceback when it raised, which is what every experiment's test does;
+  experiment's traceback when it raised, which is what every experiment's test does; it also
+  judges the recorded metrics again and fails when the recorded judgement differs (so an
+  inverted verdict cannot pass);
 - :func:`fake_experiment` builds a small experiment (a config, one metric, one figure, one
   array) whose verdict and failure the caller chooses, for testing the runner, the report
   and the command line without any real computation.
@@ -12,13 +14,23 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import registry as _registry
-from .base import Experiment, ExperimentConfig, Metric, Outcome, RunContext
+from .base import (
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    RunContext,
+    metrics_by_name,
+)
+from .registry import get_experiment
 from .result import RunResult
 from .runner import run_experiment
 
@@ -56,12 +68,32 @@ def run_tiny(experiment: Experiment | str, out_root: Path, **overrides: str) -> 
     Raises
     ------
     AssertionError
-        When the run ended in ERROR (the message holds the traceback), when a figure it
-        lists is missing, or when its ``result.json`` does not read back to the same result.
+        When the run ended in ERROR (the message holds the traceback), when it is not a
+        smoke run, when a figure it lists is missing, when its ``result.json`` does not read
+        back to the same result, or when the experiment's ``judge`` on the recorded metrics
+        does not give the recorded judgement and criterion.
     """
     result = run_experiment(experiment, "tiny", overrides, out_root=out_root, force=True)
     if result.verdict == "ERROR":
         raise AssertionError(f"{result.experiment} raised:\n{result.error}")
+    if result.verdict != "SMOKE":
+        raise AssertionError(
+            f"{result.experiment}: a tiny run is a smoke run, got {result.verdict}"
+        )
+    exp = experiment if isinstance(experiment, Experiment) else get_experiment(experiment)
+    if exp.judge is not None:
+        config = exp.config_type.model_validate(result.config)
+        again = exp.judge(config, metrics_by_name(result.metrics))
+        if again.passed != result.criterion_met:
+            raise AssertionError(
+                f"{result.experiment}: judge gives {again.passed} on the recorded metrics, "
+                f"the run recorded criterion_met={result.criterion_met}"
+            )
+        if again.criterion != result.criterion:
+            raise AssertionError(
+                f"{result.experiment}: judge's criterion {again.criterion!r} differs from the "
+                f"recorded {result.criterion!r}"
+            )
     for path in result.figure_paths:
         if not path.is_file():
             raise AssertionError(f"{result.experiment}: figure {path} was not written")
@@ -103,7 +135,7 @@ def fake_experiment(
         Whether the outcome has a figure (``line.png``).
     """
 
-    def run(config: FakeConfig, ctx: RunContext) -> Outcome:
+    def measure(config: FakeConfig, ctx: RunContext) -> Measurement:
         ctx.progress(0.5, "halfway")
         if error is not None:
             raise error
@@ -111,27 +143,35 @@ def fake_experiment(
 
         value = config.n * config.scale_factor
         noise = torch.randn(config.n, generator=ctx.generator("data"), dtype=torch.float64)
+        metric = Metric(
+            "value", value, ci_low=value - 1, ci_high=value + 1, predicted=str(config.n)
+        )
+        return Measurement(
+            metrics=(metric, Metric("spread", math.sqrt(2.0), unit="sd", note="a | b")),
+            arrays={"noise": noise, "widths": torch.tensor(config.widths)},
+            notes=("a fake experiment",),
+        )
+
+    def judge(config: FakeConfig, metrics: Metrics) -> Judgement:
+        value = metrics["value"].value
+        verdict = "matches" if passed else "misses"
+        return Judgement(
+            passed=passed,
+            summary=f"value {value:g} {verdict} prediction {config.n}",
+            criterion=f"value equals n = {config.n}",
+        )
+
+    def draw(config: FakeConfig, metrics: Metrics, arrays: Mapping[str, Any]) -> dict[str, Figure]:
         figures: dict[str, Figure] = {}
         if figure:
             from matplotlib.figure import Figure
 
             fig = Figure(figsize=(3, 2))
             ax = fig.add_subplot()
-            ax.plot(range(config.n), noise.tolist())
+            ax.plot(range(config.n), arrays["noise"].tolist())
             ax.set_title(f"{name} <&> data")
             figures["line"] = fig
-        metric = Metric(
-            "value", value, ci_low=value - 1, ci_high=value + 1, predicted=str(config.n)
-        )
-        verdict = "matches" if passed else "misses"
-        return Outcome(
-            metrics=(metric, Metric("spread", math.sqrt(2.0), unit="sd", note="a | b")),
-            passed=passed,
-            summary=f"value {value:g} {verdict} prediction {config.n}",
-            figures=figures,
-            arrays={"noise": noise, "widths": torch.tensor(config.widths)},
-            notes=("a fake experiment",),
-        )
+        return figures
 
     return Experiment(
         name=name,
@@ -140,5 +180,7 @@ def fake_experiment(
         criterion="value equals n",
         config_type=FakeConfig,
         scales={"tiny": {"n": 4}, "quick": {}, "paper": {"n": 64, "widths": (64, 128)}},
-        run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )

@@ -1,0 +1,83 @@
+"""Does each experiment's own test file catch wrong science?
+
+For every registered experiment (or those named), runs its test file three times:
+
+1. as it is: it must pass;
+2. with every Outcome's verdict inverted when it is built: it must fail;
+3. with every metric (value and interval) multiplied by 1.5 when the Outcome is built: it must
+   fail.
+
+A test file that passes under 2 or 3 cannot tell a right result from a wrong one. Prints one
+row per experiment and exits 1 when any row is not ``caught``. Usage::
+
+    python tools/mutation_check.py                 # every experiment
+    python tools/mutation_check.py label-alignment spectrum-s1
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests" / "experiments"
+MUTATIONS = ("invert", "scale")
+
+
+def test_file_of(name: str) -> Path:
+    """The test file of experiment ``name``: ``tests/experiments/test_<module>.py``, or the
+    one file there that names the experiment in quotes."""
+    from ntklab.experiments import get_experiment
+
+    exp = get_experiment(name)
+    step = exp.measure if exp.measure is not None else exp.legacy_run
+    module = getattr(step, "__module__", "").rsplit(".", 1)[-1]
+    direct = TESTS / f"test_{module}.py"
+    if direct.is_file():
+        return direct
+    named = [p for p in sorted(TESTS.glob("test_*.py")) if f'"{name}"' in p.read_text()]
+    if len(named) != 1:
+        raise SystemExit(f"{name}: expected one test file naming it, found {named}")
+    return named[0]
+
+
+def run_pytest(path: Path, mutation: str | None) -> tuple[bool, float]:
+    env = dict(os.environ)
+    env.pop("NTKLAB_MUTATION", None)
+    if mutation:
+        env["NTKLAB_MUTATION"] = mutation
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tools"), env.get("PYTHONPATH")]))
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "mutation_plugin", str(path)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    return proc.returncode == 0, time.perf_counter() - start
+
+
+def main(argv: list[str]) -> int:
+    from ntklab.experiments import list_experiments
+
+    names = argv or [e.name for e in list_experiments()]
+    bad = 0
+    print(f"{'experiment':<24} {'test file':<44} {'as is':<6} {'invert':<8} {'scale':<8} s")
+    for name in names:
+        path = test_file_of(name)
+        ok, seconds = run_pytest(path, None)
+        row = ["pass" if ok else "FAIL"]
+        caught_all = ok
+        for mutation in MUTATIONS:
+            survived, t = run_pytest(path, mutation)
+            seconds += t
+            row.append("SURVIVED" if survived else "caught")
+            caught_all &= not survived
+        bad += not caught_all
+        rel = path.relative_to(ROOT)
+        print(f"{name:<24} {str(rel):<44} {row[0]:<6} {row[1]:<8} {row[2]:<8} {seconds:.0f}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
