@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
             caught_all &= not survived
         bad += not caught_all
         rel = path.relative_to(ROOT)
-        print(f"{name:<24} {str(rel):<44} {row[0]:<6} {row[1]:<8} {row[2]:<8} {seconds:.0f}")
+        print(f"{name:<24} {rel!s:<44} {row[0]:<6} {row[1]:<8} {row[2]:<8} {seconds:.0f}")
     return 1 if bad else 0
 
 

@@ -17,8 +17,8 @@ import torch
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
     Experiment,
+    Measurement,
     Metric,
-    Outcome,
     RunContext,
     RunResult,
     config_hash,
@@ -26,6 +26,7 @@ from ntklab.experiments import (
     run_experiment,
 )
 from ntklab.experiments import result as result_module
+from ntklab.experiments.fingerprint import CodeFingerprint, code_fingerprint, run_key
 from ntklab.experiments.testing import FakeConfig, fake_experiment, registered, run_tiny
 
 RESULT_KEYS = {
@@ -35,6 +36,9 @@ RESULT_KEYS = {
     "claim",
     "scale",
     "config_hash",
+    "run_key",
+    "code",
+    "criterion_met",
     "config",
     "metrics",
     "criterion",
@@ -52,20 +56,21 @@ RESULT_KEYS = {
 
 
 class Counter:
-    """Wraps a run function and counts its calls."""
+    """Wraps a measure function and counts its calls."""
 
     def __init__(self, experiment: Experiment) -> None:
         self.calls = 0
-        self.inner = experiment.run
+        assert experiment.measure is not None
+        self.inner = experiment.measure
 
-    def __call__(self, config: Any, ctx: RunContext) -> Outcome:
+    def __call__(self, config: Any, ctx: RunContext) -> Measurement:
         self.calls += 1
         return self.inner(config, ctx)
 
 
 def counted(experiment: Experiment) -> tuple[Experiment, Counter]:
     counter = Counter(experiment)
-    return dataclasses.replace(experiment, run=counter), counter
+    return dataclasses.replace(experiment, measure=counter), counter
 
 
 @pytest.fixture
@@ -85,14 +90,19 @@ def test_pass_run_writes_the_run_folder(fake: Experiment, tmp_path: Path) -> Non
         "fake-run", "tiny", out_root=tmp_path, progress=lambda f, m: calls.append((f, m))
     )
     digest = config_hash(fake, "tiny", resolve_config(fake, "tiny"))
-    assert result.run_dir == tmp_path / "fake-run" / f"tiny-{digest}"
+    assert result.config_hash == digest
+    assert result.run_key == run_key(digest)
+    assert result.run_dir == tmp_path / "fake-run" / f"tiny-{run_key(digest)}"
     assert (result.verdict, result.passed, result.reused, result.error) == (
-        "PASS",
-        True,
+        "SMOKE",
+        False,
         False,
         None,
     )
-    assert result.summary == "value 4 matches prediction 4"
+    assert result.criterion_met is True
+    assert result.summary == "smoke run, not judged: value 4 matches prediction 4"
+    assert result.criterion == "value equals n = 4"
+    assert result.code == code_fingerprint().as_dict()
     assert sorted(p.name for p in result.run_dir.iterdir()) == [
         "arrays.npz",
         "line.png",
@@ -107,8 +117,18 @@ def test_pass_run_writes_the_run_folder(fake: Experiment, tmp_path: Path) -> Non
     assert set(result.versions) == {"ntklab", "torch", "numpy", "python", "platform"}
     assert calls[0] == (0.0, "starting")
     assert (0.5, "halfway") in calls
-    assert calls[-1] == (1.0, "PASS")
+    assert calls[-1] == (1.0, "SMOKE")
     assert leftovers(result.run_dir.parent) == []
+
+
+@pytest.mark.parametrize(("passed", "verdict"), [(True, "PASS"), (False, "FAIL")])
+def test_judged_scales_give_the_judges_verdict(tmp_path: Path, passed: bool, verdict: str) -> None:
+    for scale in ("quick", "paper"):
+        result = run_experiment(fake_experiment("fake-j", passed=passed), scale, out_root=tmp_path)
+        assert (result.verdict, result.criterion_met) == (verdict, passed)
+        assert not result.summary.startswith("smoke")
+    tiny = run_experiment(fake_experiment("fake-j", passed=passed), "tiny", out_root=tmp_path)
+    assert (tiny.verdict, tiny.criterion_met) == ("SMOKE", passed)
 
 
 def test_result_json_schema_round_trip(fake: Experiment, tmp_path: Path) -> None:
@@ -131,11 +151,14 @@ def test_result_json_schema_round_trip(fake: Experiment, tmp_path: Path) -> None
 
 
 def test_non_finite_metrics_are_strict_json_and_flagged(tmp_path: Path) -> None:
-    def run(config: Any, ctx: RunContext) -> Outcome:
-        metrics = (Metric("a", float("nan")), Metric("b", 1.0, ci_low=-math.inf, ci_high=math.inf))
-        return Outcome(metrics=metrics, passed=False, summary="nan")
+    def measure(config: Any, ctx: RunContext) -> Measurement:
+        metrics = (
+            Metric("value", float("nan")),
+            Metric("b", 1.0, ci_low=-math.inf, ci_high=math.inf),
+        )
+        return Measurement(metrics=metrics)
 
-    experiment = dataclasses.replace(fake_experiment("fake-nan"), run=run)
+    experiment = dataclasses.replace(fake_experiment("fake-nan", figure=False), measure=measure)
     result = run_experiment(experiment, "tiny", out_root=tmp_path)
     text = (result.run_dir / "result.json").read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
@@ -143,7 +166,7 @@ def test_non_finite_metrics_are_strict_json_and_flagged(tmp_path: Path) -> None:
     assert math.isnan(back.metrics[0].value)
     assert back.metrics[1].ci_low == -math.inf
     assert back.metrics[1].ci_high == math.inf
-    assert any("'a' is not finite" in note for note in back.notes)
+    assert any("'value' is not finite" in note for note in back.notes)
 
 
 def test_experiment_exception_gives_error_verdict(tmp_path: Path) -> None:
@@ -159,14 +182,16 @@ def test_experiment_exception_gives_error_verdict(tmp_path: Path) -> None:
     assert leftovers(result.run_dir.parent) == []
 
 
-def test_wrong_return_type_gives_error_verdict(tmp_path: Path) -> None:
-    def run(config: Any, ctx: RunContext) -> Any:
+@pytest.mark.parametrize("step", ["measure", "judge"])
+def test_wrong_return_type_gives_error_verdict(tmp_path: Path, step: str) -> None:
+    def wrong(*args: Any) -> Any:
         return None
 
-    experiment = dataclasses.replace(fake_experiment("fake-none"), run=run)
+    expected = "Measurement" if step == "measure" else "Judgement"
+    experiment = dataclasses.replace(fake_experiment("fake-none"), **{step: wrong})
     result = run_experiment(experiment, "tiny", out_root=tmp_path)
     assert result.verdict == "ERROR"
-    assert "expected an Outcome, received NoneType" in (result.error or "")
+    assert f"expected a {expected}, received NoneType" in (result.error or "")
 
 
 def test_figure_that_cannot_be_saved_gives_error_and_no_files(
@@ -245,18 +270,18 @@ def test_error_and_corrupt_runs_are_not_reused(tmp_path: Path) -> None:
     assert run_experiment(failing, "tiny", out_root=tmp_path).verdict == "ERROR"
     fixed, counter = counted(fake_experiment("fake-flaky"))
     result = run_experiment(fixed, "tiny", out_root=tmp_path)
-    assert (counter.calls, result.verdict) == (1, "PASS")
+    assert (counter.calls, result.verdict) == (1, "SMOKE")
     (result.run_dir / "result.json").write_text("{not json")
     again = run_experiment(fixed, "tiny", out_root=tmp_path)
-    assert (counter.calls, again.verdict, again.reused) == (2, "PASS", False)
+    assert (counter.calls, again.verdict, again.reused) == (2, "SMOKE", False)
 
 
 def test_runs_are_deterministic_and_keep_the_global_rng(tmp_path: Path) -> None:
-    def run(config: Any, ctx: RunContext) -> Outcome:
+    def measure(config: Any, ctx: RunContext) -> Measurement:
         drawn = torch.rand(3)  # the global RNG, seeded by the runner
-        return Outcome(metrics=(), passed=True, summary="", arrays={"drawn": drawn})
+        return Measurement(metrics=(Metric("value", 1.0),), arrays={"drawn": drawn})
 
-    experiment = dataclasses.replace(fake_experiment("fake-rng"), run=run)
+    experiment = dataclasses.replace(fake_experiment("fake-rng", figure=False), measure=measure)
     torch.manual_seed(123)
     state = torch.get_rng_state()
     a = run_experiment(experiment, "tiny", out_root=tmp_path / "a")
@@ -306,6 +331,130 @@ def test_usage_errors_are_raised_not_recorded(fake: Experiment, tmp_path: Path) 
 
 
 def test_run_tiny_helper(tmp_path: Path) -> None:
-    assert run_tiny(fake_experiment("fake-helper"), tmp_path).verdict == "PASS"
+    assert run_tiny(fake_experiment("fake-helper"), tmp_path).verdict == "SMOKE"
     with pytest.raises(AssertionError, match="RuntimeError: bad"):
         run_tiny(fake_experiment("fake-helper", error=RuntimeError("bad")), tmp_path)
+
+
+def test_run_tiny_catches_a_judgement_that_does_not_follow_from_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ntklab.experiments import base
+
+    original = base.Outcome.__post_init__
+
+    def inverted(self: Any) -> None:
+        original(self)
+        object.__setattr__(self, "passed", not self.passed)
+
+    monkeypatch.setattr(base.Outcome, "__post_init__", inverted)
+    with pytest.raises(AssertionError, match="judge gives True on the recorded metrics"):
+        run_tiny(fake_experiment("fake-inverted"), tmp_path)
+
+
+def test_code_fingerprint_hashes_every_source_file(tmp_path: Path) -> None:
+    from ntklab.experiments.fingerprint import source_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "sub").mkdir()
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("y = 2\n")
+    first, files = source_digest(tmp_path / "pkg")
+    assert files == 2
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("y = 3\n")
+    assert source_digest(tmp_path / "pkg")[0] != first
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("y = 2\n")
+    assert source_digest(tmp_path / "pkg")[0] == first
+    (tmp_path / "pkg" / "sub" / "b.py").rename(tmp_path / "pkg" / "c.py")
+    assert source_digest(tmp_path / "pkg")[0] != first  # paths count, not only contents
+    fp = code_fingerprint()
+    assert fp.torch == torch.__version__.split("+")[0] or fp.torch.startswith(torch.__version__)
+    other = dataclasses.replace(fp, numpy="0.0")
+    assert other.digest != fp.digest
+    assert run_key("abc", other) != run_key("abc", fp)
+
+
+def test_a_code_change_recomputes_and_keeps_the_old_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ntklab.experiments import fingerprint, runner
+
+    experiment, counter = counted(fake_experiment("fake-code"))
+    old = run_experiment(experiment, "quick", out_root=tmp_path)
+    assert (old.verdict, old.other_code) == ("PASS", False)
+    changed = CodeFingerprint("0" * 16, "9.9", "9.9", 1)
+    monkeypatch.setattr(runner, "run_key", lambda d: fingerprint.run_key(d, changed))
+    monkeypatch.setattr(runner, "code_fingerprint", lambda: changed)
+    new = run_experiment(experiment, "quick", out_root=tmp_path)
+    assert counter.calls == 2  # recomputed, not answered with the old verdict
+    assert not new.reused
+    assert new.run_dir != old.run_dir
+    assert new.code["digest"] == changed.digest != old.code["digest"]
+    assert RunResult.from_json(old.run_dir / "result.json") == old  # the old folder is kept
+    # --reuse-any: with no run by the running code, the old one is returned, labelled
+    new_dir = new.run_dir
+    import shutil
+
+    shutil.rmtree(new_dir)
+    reused = run_experiment(experiment, "quick", out_root=tmp_path, reuse_any=True)
+    assert counter.calls == 2
+    assert (reused.reused, reused.other_code, reused.run_dir) == (True, True, old.run_dir)
+    # a run by the running code is preferred, and is not labelled
+    run_experiment(experiment, "quick", out_root=tmp_path)
+    mine = run_experiment(experiment, "quick", out_root=tmp_path, reuse_any=True)
+    assert (mine.reused, mine.other_code, mine.run_dir) == (True, False, new_dir)
+
+
+def test_stale_temporary_folders_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead_pid = int(dead.stdout)
+    folder = tmp_path / "fake-stale"
+    folder.mkdir()
+    stale = folder / f".tiny-abc.tmp-{dead_pid}-xyz"
+    stale.mkdir()
+    (stale / "half.png").write_bytes(b"x")
+    alive = folder / f".tiny-abc.tmp-{os.getpid()}-xyz"
+    alive.mkdir()  # a run of a live process (this one) is left alone
+    run_experiment(fake_experiment("fake-stale"), "tiny", out_root=tmp_path)
+    assert not stale.exists()
+    assert alive.exists()
+
+
+def test_sigterm_during_a_run_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import time
+from pathlib import Path
+from ntklab.experiments import Measurement, Metric
+from ntklab.experiments.runner import run_experiment
+from ntklab.experiments.testing import fake_experiment
+import dataclasses
+
+def slow(config, ctx):
+    Path({str(tmp_path)!r}, "started").write_text("1")
+    time.sleep(60)
+    return Measurement(metrics=(Metric("value", 1.0),))
+
+exp = dataclasses.replace(fake_experiment("fake-term"), measure=slow)
+run_experiment(exp, "tiny", out_root={str(tmp_path / "runs")!r})
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert list((tmp_path / "runs" / "fake-term").iterdir()) == []
