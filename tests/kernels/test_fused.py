@@ -370,3 +370,76 @@ def test_loading_keeps_denormals() -> None:
     assert _fused.available()
     assert math.ldexp(1.0, -1070) * 0.5 > 0.0  # a subnormal times 0.5, at run time
     assert float(torch.tensor(1e-310, dtype=F64) * 0.5) > 0.0
+
+
+def test_a_corrupted_library_is_compiled_again_not_loaded(
+    monkeypatch: pytest.MonkeyPatch, fresh_loader: Path
+) -> None:
+    assert _fused.available()
+    (lib,) = fresh_loader.glob("fused_relu_*.so")
+    assert (fresh_loader / (lib.name + ".sha256")).is_file()
+    # truncated (a crash, a full disk, a bad copy); written as a new file, since the loaded
+    # library is mapped into this process
+    partial = lib.with_name("partial")
+    partial.write_bytes(lib.read_bytes()[:1000])
+    partial.replace(lib)
+    assert not _fused._verified(lib)
+    compiled: list[Path] = []
+    real = _fused._compile
+
+    def counting(target: Path, flags: tuple[str, ...]) -> None:
+        compiled.append(target)
+        real(target, flags)
+
+    monkeypatch.setattr(_fused, "_compile", counting)
+    monkeypatch.setattr(_fused, "_loader", _fused._Loader())
+    assert _fused.available()
+    assert compiled == [lib]
+    assert _fused._verified(lib)
+
+
+def test_the_cache_key_follows_source_compiler_version_and_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    flags = _fused._flag_sets()[0]
+    base = _fused._library_path(flags)
+    assert _fused._library_path(_fused._flag_sets()[1]) != base
+    monkeypatch.setattr(_fused, "_compiler_version", lambda: "gcc (Other) 99.1")
+    assert _fused._library_path(flags) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(_fused, "SOURCE", _fused.SOURCE + "\n/* changed */\n")
+    assert _fused._library_path(flags) != base
+
+
+def test_a_slow_compiler_times_out_once_and_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_loader: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    calls: list[int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    slow = bin_dir / "slowcc"
+    slow.write_text('#!/bin/sh\n[ "$1" = --version ] && echo slowcc 1.0 && exit 0\nsleep 30\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("CC", str(slow))
+    monkeypatch.setenv("NTKLAB_COMPILE_TIMEOUT", "0.5")
+    with caplog.at_level(logging.DEBUG, logger="ntklab"):
+        assert _fused.available() is False
+    announcements = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(announcements) == 1 and "compiling" in announcements[0].getMessage()
+    assert "took more than 0.5 s" in caplog.text
+    failed = list(fresh_loader.glob("*.failed"))
+    assert len(failed) == len(_fused._flag_sets())
+    x = torch.randn(6, 3, dtype=F64, generator=torch.Generator().manual_seed(3))
+    arch = _relu_net(2, 0.1)
+    _assert_matches(arch.kernel(x), _eager(monkeypatch, arch, x, None), 0.0)
+    assert not calls
+    # the next process does not wait for the compiler again
+    monkeypatch.setattr(_fused, "_loader", _fused._Loader())
+
+    def no_compile(*args: Any) -> None:
+        raise AssertionError("tried to compile again after a recorded failure")
+
+    monkeypatch.setattr(_fused, "_compile", no_compile)
+    assert _fused.available() is False

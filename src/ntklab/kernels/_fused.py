@@ -31,10 +31,19 @@ loop; OpenMP splits the rows over ``torch.get_num_threads()`` threads. When ``x2
 ``None`` only the upper triangle is computed and mirrored. Set ``NTKLAB_DISABLE_FUSED=1`` to
 use the eager path; without a working compiler the eager path is used silently (the reason
 is logged at DEBUG level on the ``"ntklab"`` logger).
+
+The cache is keyed by the C source, the compiler command and its version (``cc --version``),
+the flags and the CPU's features, so a change of any of them compiles anew. Next to each
+library lies its SHA-256 (``.so.sha256``), checked before loading: a truncated or replaced file
+is compiled again, never loaded. Compiling is announced once (a WARNING on the ``"ntklab"``
+logger, with the cache folder) and bounded in time by ``$NTKLAB_COMPILE_TIMEOUT`` seconds
+(default 120); a compiler that fails or times out leaves a ``.failed`` marker with its reason,
+so later processes use the eager path at once instead of trying again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -334,18 +343,74 @@ def _flag_sets() -> list[tuple[str, ...]]:
     return [base + _OPENMP, base, ("-O3", "-fPIC", "-std=c99")]
 
 
+_TIMEOUT_ENV = "NTKLAB_COMPILE_TIMEOUT"
+_DEFAULT_TIMEOUT_S = 120.0
+
+
+def _compile_timeout() -> float:
+    """Seconds one compiler command may take (``$NTKLAB_COMPILE_TIMEOUT``, default 120)."""
+    text = os.environ.get(_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else _DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = _DEFAULT_TIMEOUT_S
+    return value if value > 0 else _DEFAULT_TIMEOUT_S
+
+
+def _compiler_version() -> str:
+    """First line of ``$CC --version`` (empty when it cannot be run)."""
+    cc = shlex.split(_compiler())
+    if not cc or shutil.which(cc[0]) is None:
+        return ""
+    try:
+        proc = subprocess.run(
+            [*cc, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = proc.stdout.strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _library_path(flags: tuple[str, ...]) -> Path:
-    key = "\n".join([SOURCE, _compiler(), " ".join(flags), _cpu_id()])
+    """The cached library for ``flags``: keyed by source, compiler and version, flags, CPU."""
+    key = "\n".join([SOURCE, _compiler(), _compiler_version(), " ".join(flags), _cpu_id()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return _cache_dir() / f"fused_relu_{digest}.so"
 
 
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _checksum_path(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _failure_path(library: Path) -> Path:
+    return library.with_name(library.name + ".failed")
+
+
+def _verified(library: Path) -> bool:
+    """Whether ``library`` exists and matches the checksum written when it was compiled."""
+    check = _checksum_path(library)
+    if not (library.is_file() and check.is_file()):
+        return False
+    try:
+        return check.read_text(encoding="ascii").strip() == _file_digest(library)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _compile(target: Path, flags: tuple[str, ...]) -> None:
-    """Compile ``SOURCE`` to ``target``, atomically (a temporary file, then ``os.replace``)."""
+    """Compile ``SOURCE`` to ``target``, atomically (a temporary file, then ``os.replace``),
+    and write its checksum beside it. Each compiler command is bounded by
+    :func:`_compile_timeout`."""
     cc = shlex.split(_compiler())
     if not cc or shutil.which(cc[0]) is None:
         raise FileNotFoundError(f"no C compiler {_compiler()!r} on PATH")
     target.parent.mkdir(parents=True, exist_ok=True)
+    timeout = _compile_timeout()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         src, obj, lib = Path(tmp, "fused_relu.c"), Path(tmp, "fused_relu.o"), Path(tmp, "lib.so")
         src.write_text(SOURCE)
@@ -354,10 +419,20 @@ def _compile(target: Path, flags: tuple[str, ...]) -> None:
             [*cc, *flags, "-c", str(src), "-o", str(obj)],
             [*cc, "-shared", *link_flags, str(obj), "-o", str(lib), "-lm"],
         ):
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+            try:
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=timeout, check=False
+                )
+            except subprocess.TimeoutExpired:
+                raise TimeoutError(
+                    f"{' '.join(cmd)} took more than {timeout:g} s ({_TIMEOUT_ENV})"
+                ) from None
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        check = Path(tmp, "lib.so.sha256")
+        check.write_text(_file_digest(lib) + "\n", encoding="ascii")
         os.replace(lib, target)
+        os.replace(check, _checksum_path(target))
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -391,15 +466,30 @@ class _Loader:
 
     @staticmethod
     def _load() -> ctypes.CDLL | None:
+        announced = False
         for flags in _flag_sets():
+            path: Path | None = None
             try:
                 path = _library_path(flags)
-                if not path.exists():
-                    logger.debug("compiling the fused ReLU kernel to %s", path)
+                if _failure_path(path).exists():
+                    logger.debug("fused kernel with flags %s failed before; see %s", flags, path)
+                    continue
+                if not _verified(path):
+                    if not announced:
+                        logger.warning(
+                            "compiling ntklab's fused ReLU kernel once into %s (at most %g s "
+                            "per step; the eager path is used if it fails)",
+                            path.parent,
+                            _compile_timeout(),
+                        )
+                        announced = True
                     _compile(path, flags)
                 return _declare(ctypes.CDLL(str(path)))
             except Exception as err:  # no compiler, a failed build, an unwritable cache, ...
                 logger.debug("fused ReLU kernel with flags %s unavailable: %s", flags, err)
+                if path is not None and isinstance(err, RuntimeError | TimeoutError):
+                    with contextlib.suppress(OSError):
+                        _failure_path(path).write_text(str(err), encoding="utf-8")
         return None
 
 
