@@ -1,11 +1,13 @@
 """A5 ``sparse-parity``: on a compositional target (a sparse parity) an SGD-trained network
-beats the NTK by orders of magnitude (seed 000; Barak et al. 2022, arXiv:2207.08799).
+beats the NTK by orders of magnitude (Barak et al. 2022, arXiv:2207.08799).
 
-Claim (CLAIMS.md A5): inputs uniform on :math:`\\{-1, 1\\}^d`, label :math:`y = \\prod_{i \\in
-S} x_i` with :math:`|S| = k`. A two-layer ReLU network trained by SGD at the settings of
-Barak et al. (width 1000, learning rate 0.1, batch 32, weight decay 0.01, hinge loss) reaches
-a test MSE at least :math:`10^3` (quick) / :math:`10^4` (paper) times lower than NTK regression
-on the same samples, whose test MSE stays :math:`\\ge 0.9\\,\\mathrm{Var}(y)` at ``n = 1000``.
+Claim: inputs uniform on :math:`\\{-1, 1\\}^d`, label :math:`y = \\prod_{i \\in S} x_i` with
+:math:`|S| = k`. A two-layer ReLU network trained by SGD at the settings of Barak et al. 2022
+(width 1000, learning rate 0.1, batch 32, weight decay 0.01, hinge loss) reaches a test MSE at
+least :math:`10^3` (quick) / :math:`10^4` (paper) times lower than NTK regression on the same
+samples, whose test MSE stays :math:`\\ge 0.9\\,\\mathrm{Var}(y)` at ``n = 1000``: a kernel
+of a rotation-invariant architecture needs of the order of :math:`d^k` samples for a degree-
+``k`` parity (Ghorbani et al. 2021, arXiv:1904.12191).
 
 Data, computation, measurement, verdict, figure:
 
@@ -19,52 +21,154 @@ Data, computation, measurement, verdict, figure:
    its test MSE is evaluated every ``eval_every`` steps and averaged over the last
    ``last_evaluations`` of them (not the best one);
 4. both methods' outputs are clipped to [-1, 1] before the test MSE; the ratio NTK / network
-   per seed, geometric mean over seeds, at ``n = criterion_n``.
+   per seed, geometric mean over seeds, at ``n = criterion_n``; PASS when it is at least
+   ``min_ratio``, the NTK's test MSE (mean over seeds) at least ``ntk_floor`` Var(y) and no
+   network run diverged;
+5. figure: both methods' test MSE against ``n``, and the network's test MSE during SGD.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from ..data import SparseParity, hypercube, random_sparse_parity
 from ..dynamics import kernel_ridge_regression, select_ridge_loo
-from ..errors import NumericalWarning
+from ..errors import NtklabValueError, NumericalWarning
 from ..nets import train
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 from .spectrum_s1 import relu_network
 
-__all__ = ["SparseParityConfig", "network_test_mse", "ntk_test_mse"]
+__all__ = [
+    "MIN_RATIO",
+    "NTK_FLOOR",
+    "SparseParityConfig",
+    "draw",
+    "judge",
+    "measure",
+    "network_test_mse",
+    "ntk_test_mse",
+]
+
+#: NTK / network clipped test MSE at ``criterion_n`` must be at least this (quick scale;
+#: the paper scale asks 1e4).
+MIN_RATIO = 1e3
+#: NTK test MSE at ``criterion_n`` must be at least this fraction of Var(y).
+NTK_FLOOR = 0.9
+#: Var(y) of a parity of k >= 1 coordinates, uniform on {-1, 1}.
+VAR_Y = 1.0
+#: An exactly zero network MSE makes the ratio infinite: it is floored at float32 resolution.
+MSE_FLOOR = float(np.finfo(np.float32).eps) ** 2
 
 
 class SparseParityConfig(ExperimentConfig):
-    """Grid of ``sparse-parity``."""
+    """Grid of ``sparse-parity``.
 
-    dim: int = 20
-    k: int = 3
-    ns: tuple[int, ...] = (500, 1000, 2000)
-    criterion_n: int = 1000
-    seeds: int = 2
-    n_test: int = 5000
-    w_std: float = 1.0
-    b_std: float = 0.1
-    width: int = 1000
-    learning_rate: float = 0.1
-    batch_size: int = 32
-    weight_decay: float = 0.01
+    Parameters
+    ----------
+    dim, k : int
+        Input dimension ``d`` and parity order ``1 <= k <= d``.
+    ns : tuple of int
+        Training-set sizes, strictly increasing (nested samples).
+    criterion_n : int
+        The size the verdict reads, one of ``ns``.
+    seeds : int
+        Seeds (a fresh parity and sample each).
+    n_test : int
+        Test points per seed.
+    w_std, b_std : float
+        Weight (> 0) and bias (>= 0) standard deviations of ``Dense, Relu, Dense``.
+    width, learning_rate, batch_size, weight_decay, loss, steps : various
+        The network and its SGD; ``batch_size`` at most the smallest ``n``.
+    eval_every, last_evaluations : int
+        Test MSE every ``eval_every`` steps (and at the last step); the reported MSE is the
+        mean of the last ``last_evaluations`` of them (at most the number of evaluations).
+    ridges : tuple of float
+        Candidate ridges of the NTK relative to its mean diagonal (> 0).
+    min_ratio : float
+        Criterion: NTK / network test MSE at ``criterion_n`` at least this (> 0).
+    ntk_floor : float
+        Criterion: NTK test MSE at least ``ntk_floor`` Var(y) (>= 0).
+    """
+
+    dim: Count = 20
+    k: Count = 3
+    ns: tuple[Count, ...] = Field(default=(500, 1000, 2000), min_length=1)
+    criterion_n: Count = 1000
+    seeds: Count = 2
+    n_test: Count = 5000
+    w_std: PositiveFloat = 1.0
+    b_std: float = Field(default=0.1, ge=0.0, allow_inf_nan=False)
+    width: Count = 1000
+    learning_rate: PositiveFloat = 0.1
+    batch_size: Count = 32
+    weight_decay: float = Field(default=0.01, ge=0.0, allow_inf_nan=False)
     loss: Literal["hinge", "mse"] = "hinge"
-    steps: int = 6000
-    eval_every: int = 250
-    last_evaluations: int = 8
-    ridges: tuple[float, ...] = tuple(10.0 ** (e / 2) for e in range(-12, 5))
-    min_ratio: float = 1e3
-    ntk_floor: float = 0.9
+    steps: Count = 6000
+    eval_every: Count = 250
+    last_evaluations: Count = 8
+    ridges: tuple[PositiveFloat, ...] = Field(
+        default=tuple(10.0 ** (e / 2) for e in range(-12, 5)), min_length=1
+    )
+    min_ratio: PositiveFloat = MIN_RATIO
+    ntk_floor: float = Field(default=NTK_FLOOR, ge=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> SparseParityConfig:
+        if self.k > self.dim:
+            raise NtklabValueError(
+                f"k: expected at most dim = {self.dim} coordinates, received {self.k}"
+            )
+        if any(b <= a for a, b in zip(self.ns, self.ns[1:], strict=False)):
+            raise NtklabValueError(
+                f"ns: expected strictly increasing sizes, received {list(self.ns)}"
+            )
+        if self.criterion_n not in self.ns:
+            raise NtklabValueError(
+                f"criterion_n: expected one of ns = {list(self.ns)}, received {self.criterion_n}"
+            )
+        if self.batch_size > self.ns[0]:
+            raise NtklabValueError(
+                f"batch_size: expected at most the smallest n = {self.ns[0]}, received "
+                f"{self.batch_size}"
+            )
+        evaluations = _n_evaluations(self.steps, self.eval_every)
+        if self.last_evaluations > evaluations:
+            raise NtklabValueError(
+                f"last_evaluations: expected at most the {evaluations} evaluations of "
+                f"steps = {self.steps} with eval_every = {self.eval_every}, received "
+                f"{self.last_evaluations}"
+            )
+        return self
+
+
+def _n_evaluations(steps: int, every: int) -> int:
+    """Test evaluations of a run: steps ``0, every, 2 every, ... < steps`` and ``steps``."""
+    return len(range(0, steps, every)) + 1
+
+
+def _name(metric: str, n: int) -> str:
+    """``"mse_ratio[n=1000]"``."""
+    return f"{metric}[n={n}]"
 
 
 def ntk_test_mse(
@@ -127,14 +231,28 @@ def network_test_mse(
     return value, np.array(steps), np.array(curve), run.diverged
 
 
-def run(config: SparseParityConfig, ctx: RunContext) -> Outcome:
-    ns = sorted(config.ns)
+def _geomean(values: np.ndarray, axis: int | None = None) -> Any:
+    return np.exp(np.mean(np.log(values), axis=axis))
+
+
+def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
+    """Clipped test MSE of NTK regression and of the SGD-trained network at every ``n``.
+
+    Returns
+    -------
+    Measurement
+        ``mse_ratio``, ``ntk_mse_over_var`` and ``net_mse`` at ``criterion_n``, the number of
+        diverged network runs, and ``ratio[n=N]`` per size; arrays ``n_grid``, ``ntk_mse``,
+        ``net_mse``, ``ratios``, ``ntk_ridge`` (shape ``(seeds, len(ns))``), ``diverged``
+        and the network's test curves ``net_curve_seed<s>_n<N>`` (steps, MSE).
+    """
+    ns = list(config.ns)
     n_max = ns[-1]
     ntk = np.zeros((config.seeds, len(ns)))
     net = np.zeros_like(ntk)
     ridges = np.zeros_like(ntk)
+    diverged = np.zeros((config.seeds, len(ns)), dtype=np.int64)
     curves: dict[str, np.ndarray] = {}
-    diverged = False
     jobs = config.seeds * len(ns)
     for seed in range(config.seeds):
         gen = ctx.generator(f"data{seed}")
@@ -148,81 +266,63 @@ def run(config: SparseParityConfig, ctx: RunContext) -> Outcome:
             value, steps, curve, bad = network_test_mse(
                 config, x, y, x_test, y_test, ctx.generator(f"net{seed}-n{n}")
             )
-            diverged = diverged or bad
+            diverged[seed, i] = int(bad)
             net[seed, i] = value
             curves[f"net_curve_seed{seed}_n{n}"] = np.stack([steps, curve])
             ctx.progress(
                 (seed * len(ns) + i + 1) / jobs,
                 f"seed {seed}, n={n}: NTK {ntk[seed, i]:.3g}, net {value:.3g}",
             )
-    var_y = 1.0  # a parity of k >= 1 coordinates is uniform on {-1, 1}
-    # an exactly zero network MSE makes the ratio infinite; floor it at float32 resolution
-    floor = float(np.finfo(np.float32).eps) ** 2
-    ratios = ntk / np.maximum(net, floor)
-    geo = np.exp(np.mean(np.log(ratios), axis=0))  # per n
-    j = ns.index(config.criterion_n) if config.criterion_n in ns else len(ns) - 1
-    ntk_at = float(ntk[:, j].mean())
-    ratio_at = float(geo[j])
-    passed = (not diverged) and ratio_at >= config.min_ratio and ntk_at >= config.ntk_floor * var_y
+    ratios = ntk / np.maximum(net, MSE_FLOOR)
+    geo = _geomean(ratios, axis=0)  # per n
+    j = ns.index(config.criterion_n)
+    n_at = config.criterion_n
     metrics: list[Metric] = [
         Metric(
-            f"mse_ratio[n={ns[j]}]",
-            ratio_at,
-            predicted=f">= {config.min_ratio:g} (seed: 1e4 to 1e6)",
+            _name("mse_ratio", n_at),
+            float(geo[j]),
+            predicted=f">= {config.min_ratio:g}",
             note=f"NTK / network clipped test MSE, geometric mean over {config.seeds} seeds",
         ),
         Metric(
-            f"ntk_mse_over_var[n={ns[j]}]",
-            ntk_at / var_y,
+            _name("ntk_mse_over_var", n_at),
+            float(ntk[:, j].mean()) / VAR_Y,
             predicted=f">= {config.ntk_floor:g}",
             note="mean over seeds; it only falls once n ~ d^k",
         ),
         Metric(
-            f"net_mse[n={ns[j]}]",
-            float(np.exp(np.mean(np.log(np.maximum(net[:, j], floor))))),
+            _name("net_mse", n_at),
+            float(_geomean(np.maximum(net[:, j], MSE_FLOOR))),
             note=f"mean of the last {config.last_evaluations} evaluations (every "
             f"{config.eval_every} steps), geometric mean over seeds",
+        ),
+        Metric(
+            "diverged_runs",
+            float(diverged.sum()),
+            predicted="0",
+            note=f"network runs (of {diverged.size}) whose loss became non-finite",
         ),
     ]
     for i, n in enumerate(ns):
         metrics.append(
             Metric(
-                f"ratio[n={n}]",
+                _name("ratio", n),
                 float(geo[i]),
                 note=f"NTK {ntk[:, i].mean():.3g} (ridge/diag {np.median(ridges[:, i]):.2g}), "
                 f"net {net[:, i].mean():.3g}",
             )
         )
-    fig = Figure(figsize=(11.0, 4.2))
-    ax_n, ax_t = fig.subplots(1, 2)
-    n_arr = np.array(ns, dtype=np.float64)
-    ax_n.loglog(n_arr, ntk.mean(axis=0), "o-", label="NTK regression (LOO ridge)")
-    ax_n.loglog(n_arr, np.maximum(net, floor).mean(axis=0), "s-", label="SGD network (hinge)")
-    ax_n.axhline(config.ntk_floor * var_y, color="k", lw=0.6, ls=":", label="0.9 Var(y)")
-    ax_n.set(
-        title=f"sparse parity d={config.dim}, k={config.k}",
-        xlabel="n",
-        ylabel="clipped test MSE",
-    )
-    ax_n.legend(fontsize=7)
-    for key, arr in curves.items():
-        if key.startswith("net_curve_seed0_"):
-            ax_t.semilogy(arr[0], np.maximum(arr[1], floor), label=key.split("_")[-1])
-    ax_t.set(title="network test MSE during SGD (seed 0)", xlabel="step", ylabel="test MSE")
-    ax_t.legend(fontsize=7)
-    fig.tight_layout()
-    summary = (
-        f"NTK / network test MSE at n={ns[j]}: {ratio_at:.3g} (predicted >= "
-        f"{config.min_ratio:g}; seed 1e4-1e6); NTK test MSE {ntk_at:.3f} Var(y) (predicted >= "
-        f"{config.ntk_floor:g}); network {net[:, j].mean():.2g}"
-        + ("; a network run diverged" if diverged else "")
-    )
-    return Outcome(
+    return Measurement(
         metrics=tuple(metrics),
-        passed=passed,
-        summary=summary,
-        figures={"sparse_parity": fig},
-        arrays={"n_grid": n_arr, "ntk_mse": ntk, "net_mse": net, "ratios": ratios, **curves},
+        arrays={
+            "n_grid": np.array(ns, dtype=np.float64),
+            "ntk_mse": ntk,
+            "net_mse": net,
+            "ratios": ratios,
+            "ntk_ridge": ridges,
+            "diverged": diverged,
+            **curves,
+        },
         notes=(
             f"network: width {config.width}, standard parameterization, SGD lr "
             f"{config.learning_rate}, batch {config.batch_size}, weight decay "
@@ -230,6 +330,67 @@ def run(config: SparseParityConfig, ctx: RunContext) -> Outcome:
             "both methods' outputs clipped to [-1, 1] before the test MSE",
         ),
     )
+
+
+def judge(config: SparseParityConfig, metrics: Metrics) -> Judgement:
+    """PASS when, at ``criterion_n``, NTK / network test MSE >= ``min_ratio``, NTK test MSE
+    >= ``ntk_floor`` Var(y), and no network run diverged (NaN fails)."""
+    n_at = config.criterion_n
+    ratio = metrics[_name("mse_ratio", n_at)].value
+    ntk = metrics[_name("ntk_mse_over_var", n_at)].value
+    net = metrics[_name("net_mse", n_at)].value
+    diverged = metrics["diverged_runs"].value
+    ratio_ok = ratio >= config.min_ratio
+    ntk_ok = ntk >= config.ntk_floor
+    stable = diverged == 0
+    summary = (
+        f"NTK / network test MSE at n={n_at}: {ratio:.3g} (predicted >= {config.min_ratio:g}); "
+        f"NTK test MSE {ntk:.3f} Var(y) (predicted >= {config.ntk_floor:g}); network "
+        f"{net:.2g}" + ("" if stable else f"; {diverged:g} network runs diverged")
+    )
+    criterion = (
+        f"on a parity of k = {config.k} of d = {config.dim} coordinates, at n = {n_at}: NTK "
+        f"test MSE / network test MSE (outputs clipped to [-1, 1], the network's averaged over "
+        f"its last {config.last_evaluations} evaluations; geometric mean over {config.seeds} "
+        f"seeds) >= {config.min_ratio:g}, NTK test MSE >= {config.ntk_floor:g} Var(y), and no "
+        f"network run diverged"
+    )
+    return Judgement(passed=ratio_ok and ntk_ok and stable, summary=summary, criterion=criterion)
+
+
+def draw(
+    config: SparseParityConfig, metrics: Metrics, arrays: Mapping[str, Any]
+) -> dict[str, Figure]:
+    """Both methods' test MSE against ``n`` and the network's test MSE during SGD (seed 0)."""
+    fig = Figure(figsize=(11.0, 4.2))
+    ax_n, ax_t = fig.subplots(1, 2)
+    n_arr = np.asarray(arrays["n_grid"], dtype=np.float64)
+    ntk = np.asarray(arrays["ntk_mse"])
+    net = np.asarray(arrays["net_mse"])
+    ax_n.loglog(n_arr, ntk.mean(axis=0), "o-", label="NTK regression (LOO ridge)")
+    ax_n.loglog(
+        n_arr, np.maximum(net, MSE_FLOOR).mean(axis=0), "s-", label=f"SGD network ({config.loss})"
+    )
+    ax_n.axhline(
+        config.ntk_floor * VAR_Y, color="k", lw=0.6, ls=":", label=f"{config.ntk_floor:g} Var(y)"
+    )
+    ax_n.set(
+        title=f"sparse parity d={config.dim}, k={config.k}",
+        xlabel="n (training points)",
+        ylabel="clipped test MSE (mean over seeds)",
+    )
+    ax_n.legend(fontsize=7)
+    for n in n_arr.astype(int):
+        curve = np.asarray(arrays[f"net_curve_seed0_n{n}"])
+        ax_t.semilogy(curve[0], np.maximum(curve[1], MSE_FLOOR), label=f"n{n}")
+    ax_t.set(
+        title=f"sparse parity d={config.dim}, k={config.k}: network during SGD (seed 0)",
+        xlabel="step",
+        ylabel="clipped test MSE",
+    )
+    ax_t.legend(fontsize=7)
+    fig.tight_layout()
+    return {"sparse_parity": fig}
 
 
 EXPERIMENT = register(
@@ -271,6 +432,8 @@ EXPERIMENT = register(
                 "min_ratio": 1e4,
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )
