@@ -1,11 +1,13 @@
 """B3 ``ntk-concentration``: the empirical NTK and the trained network converge to their
 infinite-width limits at rate :math:`m^{-1/2}`.
 
-Claim (CLAIMS.md B3, seed 001): for smooth activations, the sup over a fixed grid of input
-pairs of :math:`|\\hat\\Theta_m - \\Theta|` falls as :math:`m^{-1/2}` (Jacot et al.
-arXiv:1806.07572; Arora et al. arXiv:1904.11955), and a network trained by gradient descent
-stays within :math:`O(m^{-1/2})` of kernel gradient descent with the analytic NTK, so the
-squared function distance falls as :math:`m^{-1}` (Lee et al. arXiv:1902.06720).
+Claim (the width condition of Zhou, Wang, Lei, Kloft & Ying 2026, "Generalization in deep
+neural networks: minimax rates for gradient methods"): for smooth activations, the sup over a
+fixed grid of input pairs of :math:`|\\hat\\Theta_m - \\Theta|` falls as :math:`m^{-1/2}`
+(Jacot, Gabriel & Hongler 2018, arXiv:1806.07572; Arora et al. 2019, arXiv:1904.11955), and a
+network trained by gradient descent stays within :math:`O(m^{-1/2})` of kernel gradient
+descent with the analytic NTK, so the squared function distance falls as :math:`m^{-1}`
+(Lee et al. 2019, arXiv:1902.06720).
 
 Data, computation, measurement, verdict, figure:
 
@@ -22,49 +24,136 @@ Data, computation, measurement, verdict, figure:
    is the mean over a test grid of :math:`(f_{net} - f_{kernel})^2`;
 4. slopes of the seed medians in log-log against :math:`m` with a seed bootstrap
    (:func:`~ntklab.analysis.fit_power_law_bootstrap`, ``aggregate="median"``); PASS when
-   every NTK slope lies in [-0.6, -0.4] and every squared function-distance slope in
-   [-1.2, -0.8].
+   every NTK slope lies in :data:`NTK_RANGE` and every squared function-distance slope in
+   :data:`FUNCTION_RANGE` (:func:`judge`); both medians against the width (:func:`draw`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
+
+from ntklab.errors import NtklabValueError
 
 from .. import kernels as nk
 from ..analysis import BootstrapPowerLawFit, fit_power_law_bootstrap, ntk_sup_distance
 from ..data import circle_grid, random_trig_polynomial, uniform_circle
 from ..dynamics import critical_learning_rate, linearized_dynamics
 from ..nets import ensemble, train_ensemble
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 
-__all__ = ["NtkConcentrationConfig", "function_distances", "smooth_network"]
+__all__ = [
+    "NtkConcentrationConfig",
+    "draw",
+    "function_distances",
+    "judge",
+    "measure",
+    "smooth_network",
+]
 
+#: Every slope of the seed-median NTK sup distance against the width lies in this range
+#: (the claim: :math:`m^{-1/2}`).
 NTK_RANGE = (-0.6, -0.4)
+#: Every slope of the seed-median squared network-vs-kernel-GD distance lies in this range
+#: (the claim: :math:`m^{-1}`).
 FUNCTION_RANGE = (-1.2, -0.8)
 Act = Literal["erf", "tanh"]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _strictly_increasing(name: str, values: tuple[int, ...]) -> None:
+    if any(b <= a for a, b in pairwise(values)):
+        raise NtklabValueError(
+            f"{name}: expected strictly increasing values, received {list(values)}"
+        )
 
 
 class NtkConcentrationConfig(ExperimentConfig):
-    """Grid of ``ntk-concentration``."""
+    """Grid of ``ntk-concentration``.
 
-    activations: tuple[Act, ...] = ("erf", "tanh")
-    depths: tuple[int, ...] = (2, 3, 4)
-    widths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
-    n_seeds: int = 10
-    w_std: float = 1.5
-    b_std: float = 0.1
-    n_grid: int = 8
-    n_train: int = 16
-    n_test: int = 64
-    target_degree: int = 4
-    train_time: float = 5.0
-    lr_fraction: float = 0.5
+    Parameters
+    ----------
+    activations : tuple of {"erf", "tanh"}
+        Activations of the NTK sup-distance part, distinct, at least one.
+    depths : tuple of int
+        Hidden layers, strictly increasing, each >= 1.
+    widths : tuple of int
+        Widths :math:`m`, strictly increasing, even (two antisymmetric halves in the function
+        part), at least 3 of them (a log-log fit).
+    n_seeds : int
+        Networks per width, >= 2 (a seed bootstrap).
+    w_std, b_std : float
+        Weight (> 0) and bias (>= 0) standard deviations.
+    n_grid : int
+        Equispaced points on the circle; the sup runs over their ``n_grid^2`` pairs.
+    n_train, n_test : int
+        Training points and test grid of the function part.
+    target_degree : int
+        Degree (>= 0) of the random trigonometric target.
+    train_time : float
+        Flow time of the training (> 0).
+    lr_fraction : float
+        GD step as a fraction of the critical step, in (0, 1).
+    function_activation : {"erf", "tanh"}
+        Activation of the function part.
+    n_boot : int
+        Bootstrap resamples of the slopes' intervals (>= 1).
+    """
+
+    activations: Annotated[tuple[Act, ...], Field(min_length=1)] = ("erf", "tanh")
+    depths: Annotated[tuple[Count, ...], Field(min_length=1)] = (2, 3, 4)
+    widths: Annotated[tuple[Annotated[int, Field(ge=2)], ...], Field(min_length=3)] = (
+        64,
+        128,
+        256,
+        512,
+        1024,
+        2048,
+    )
+    n_seeds: Annotated[int, Field(ge=2)] = 10
+    w_std: PositiveFloat = 1.5
+    b_std: NonNegativeFloat = 0.1
+    n_grid: Count = 8
+    n_train: Count = 16
+    n_test: Count = 64
+    target_degree: Annotated[int, Field(ge=0)] = 4
+    train_time: PositiveFloat = 5.0
+    lr_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5
     function_activation: Act = "erf"
-    n_boot: int = 1000
+    n_boot: Count = 1000
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> NtkConcentrationConfig:
+        if len(set(self.activations)) != len(self.activations):
+            raise NtklabValueError(
+                f"activations: expected distinct activations, received {list(self.activations)}"
+            )
+        _strictly_increasing("depths", self.depths)
+        _strictly_increasing("widths", self.widths)
+        odd = [w for w in self.widths if w % 2]
+        if odd:
+            raise NtklabValueError(
+                "widths: expected even widths (two antisymmetric halves of width m / 2), "
+                f"received {list(self.widths)} (odd: {odd})"
+            )
+        return self
 
 
 def smooth_network(depth: int, act: Act, w_std: float, b_std: float) -> nk.Architecture:
@@ -123,7 +212,21 @@ def _slope_metric(
     )
 
 
-def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
+def _ntk_name(act: str, depth: int) -> str:
+    return f"ntk_sup_slope[{act},L={depth}]"
+
+
+def _function_name(act: str, depth: int) -> str:
+    return f"function_sq_distance_slope[{act},L={depth}]"
+
+
+def measure(config: NtkConcentrationConfig, ctx: RunContext) -> Measurement:
+    """NTK sup distances and squared function distances against the width, and the slopes of
+    their seed medians (seed bootstrap).
+
+    Arrays: ``widths``; ``ntk_sup_{act}_depth{L}`` and ``function_sq_distance_depth{L}`` of
+    shape (n_seeds, n_widths).
+    """
     dtype = config.torch_dtype
     widths = np.array(config.widths, dtype=np.float64)
     _, grid = circle_grid(config.n_grid, dtype=dtype)
@@ -131,9 +234,6 @@ def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
     arrays: dict[str, np.ndarray] = {"widths": widths}
     ntk_slopes: list[float] = []
     fn_slopes: list[float] = []
-    notes: list[str] = []
-    fig = Figure(figsize=(10.0, 4.2))
-    ax_ntk, ax_fn = fig.subplots(1, 2)
     jobs = len(config.depths) * (len(config.activations) + 1)
     done = 0
     for act in config.activations:
@@ -152,19 +252,17 @@ def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
                 widths, per_seed, aggregate="median", n_boot=config.n_boot, generator=ctx.seed
             )
             ntk_slopes.append(fit.slope)
-            tag = f"{act},L={depth}"
             metrics.append(
                 _slope_metric(
-                    f"ntk_sup_slope[{tag}]",
+                    _ntk_name(act, depth),
                     fit,
                     NTK_RANGE,
                     f"median of {config.n_seeds} seeds over {config.n_grid}^2 pairs",
                 )
             )
             arrays[f"ntk_sup_{act}_depth{depth}"] = per_seed
-            ax_ntk.loglog(widths, np.median(per_seed, axis=0), "o-", ms=3, label=tag)
             done += 1
-            ctx.progress(done / jobs, f"NTK sup distance, {tag}: slope {fit.slope:.3f}")
+            ctx.progress(done / jobs, f"NTK sup distance, {act},L={depth}: slope {fit.slope:.3f}")
 
     act = config.function_activation
     for depth in config.depths:
@@ -174,10 +272,9 @@ def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
             widths, dist2, aggregate="median", n_boot=config.n_boot, generator=ctx.seed
         )
         fn_slopes.append(fit.slope)
-        tag = f"{act},L={depth}"
         metrics.append(
             _slope_metric(
-                f"function_sq_distance_slope[{tag}]",
+                _function_name(act, depth),
                 fit,
                 FUNCTION_RANGE,
                 f"{steps} GD steps of {lr:.3g} (flow time {steps * lr:.3g}), zero initial "
@@ -185,10 +282,73 @@ def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
             )
         )
         arrays[f"function_sq_distance_depth{depth}"] = dist2
-        ax_fn.loglog(widths, np.median(dist2, axis=0), "s-", ms=3, label=tag)
         done += 1
-        ctx.progress(done / jobs, f"function distance, {tag}: slope {fit.slope:.3f}")
+        ctx.progress(done / jobs, f"function distance, {act},L={depth}: slope {fit.slope:.3f}")
 
+    metrics[:0] = [
+        Metric("ntk_slope_min", min(ntk_slopes), predicted=f">= {NTK_RANGE[0]}"),
+        Metric("ntk_slope_max", max(ntk_slopes), predicted=f"<= {NTK_RANGE[1]}"),
+        Metric("function_slope_min", min(fn_slopes), predicted=f">= {FUNCTION_RANGE[0]}"),
+        Metric("function_slope_max", max(fn_slopes), predicted=f"<= {FUNCTION_RANGE[1]}"),
+    ]
+    notes = (
+        f"widths {config.widths[0]}..{config.widths[-1]}, {config.n_seeds} seeds, "
+        f"w_std {config.w_std}, b_std {config.b_std}, inputs on the unit circle",
+        "function distance: networks with zero initial output (antisymmetric pairing of two "
+        "halves of width m/2), compared with kernel GD from zero with the same discrete steps",
+    )
+    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=notes)
+
+
+def _span(values: list[float]) -> str:
+    """``"min..max"``; ``"nan..nan"`` when a value is NaN (``min`` would skip it)."""
+    return f"{float(np.min(values)):.3f}..{float(np.max(values)):.3f}"
+
+
+def judge(config: NtkConcentrationConfig, metrics: Metrics) -> Judgement:
+    """PASS when every NTK sup-distance slope lies in :data:`NTK_RANGE` and every squared
+    function-distance slope in :data:`FUNCTION_RANGE`."""
+    ntk = [
+        metrics[_ntk_name(act, depth)].value
+        for act in config.activations
+        for depth in config.depths
+    ]
+    fn = [metrics[_function_name(config.function_activation, d)].value for d in config.depths]
+    ntk_ok = all(NTK_RANGE[0] <= s <= NTK_RANGE[1] for s in ntk)
+    fn_ok = all(FUNCTION_RANGE[0] <= s <= FUNCTION_RANGE[1] for s in fn)
+    summary = (
+        f"NTK sup-distance slopes {_span(ntk)} (predicted [{NTK_RANGE[0]}, {NTK_RANGE[1]}]); "
+        f"squared function-distance slopes {_span(fn)} (predicted [{FUNCTION_RANGE[0]}, "
+        f"{FUNCTION_RANGE[1]}])"
+    )
+    depths = ", ".join(str(d) for d in config.depths)
+    widths = ", ".join(str(w) for w in config.widths)
+    criterion = (
+        f"over widths {widths} ({config.n_seeds} seeds): for {'/'.join(config.activations)} "
+        f"networks of depths {depths}, every log-log slope of the seed-median sup distance "
+        f"over {config.n_grid}^2 input pairs in [{NTK_RANGE[0]}, {NTK_RANGE[1]}]; for "
+        f"{config.function_activation} networks of the same depths trained to flow time "
+        f"{config.train_time:g}, every slope of the seed-median squared network-vs-kernel-GD "
+        f"distance in [{FUNCTION_RANGE[0]}, {FUNCTION_RANGE[1]}]"
+    )
+    return Judgement(passed=ntk_ok and fn_ok, summary=summary, criterion=criterion)
+
+
+def draw(
+    config: NtkConcentrationConfig, metrics: Metrics, arrays: Mapping[str, Any]
+) -> dict[str, Figure]:
+    """Seed medians of both distances against the width (log-log), with :math:`m^{-1/2}` and
+    :math:`m^{-1}` through the highest first point."""
+    widths = np.asarray(arrays["widths"])
+    fig = Figure(figsize=(10.0, 4.2))
+    ax_ntk, ax_fn = fig.subplots(1, 2)
+    for act in config.activations:
+        for depth in config.depths:
+            median = np.median(np.asarray(arrays[f"ntk_sup_{act}_depth{depth}"]), axis=0)
+            ax_ntk.loglog(widths, median, "o-", ms=3, label=f"{act},L={depth}")
+    for depth in config.depths:
+        median = np.median(np.asarray(arrays[f"function_sq_distance_depth{depth}"]), axis=0)
+        ax_fn.loglog(widths, median, "s-", ms=3, label=f"{config.function_activation},L={depth}")
     for ax, exponent, title, ylabel in (
         (ax_ntk, -0.5, "sup |empirical NTK - NTK| (median)", "sup distance"),
         (ax_fn, -1.0, "network vs kernel GD (median)", "squared L2 distance"),
@@ -205,36 +365,7 @@ def run(config: NtkConcentrationConfig, ctx: RunContext) -> Outcome:
         ax.set(xlabel="width m", ylabel=ylabel, title=title)
         ax.legend(fontsize=7)
     fig.tight_layout()
-
-    ntk_ok = all(NTK_RANGE[0] <= s <= NTK_RANGE[1] for s in ntk_slopes)
-    fn_ok = all(FUNCTION_RANGE[0] <= s <= FUNCTION_RANGE[1] for s in fn_slopes)
-    metrics[:0] = [
-        Metric("ntk_slope_min", min(ntk_slopes), predicted=f">= {NTK_RANGE[0]}"),
-        Metric("ntk_slope_max", max(ntk_slopes), predicted=f"<= {NTK_RANGE[1]}"),
-        Metric("function_slope_min", min(fn_slopes), predicted=f">= {FUNCTION_RANGE[0]}"),
-        Metric("function_slope_max", max(fn_slopes), predicted=f"<= {FUNCTION_RANGE[1]}"),
-    ]
-    notes.append(
-        f"widths {config.widths[0]}..{config.widths[-1]}, {config.n_seeds} seeds, "
-        f"w_std {config.w_std}, b_std {config.b_std}, inputs on the unit circle"
-    )
-    notes.append(
-        "function distance: networks with zero initial output (antisymmetric pairing of two "
-        "halves of width m/2), compared with kernel GD from zero with the same discrete steps"
-    )
-    summary = (
-        f"NTK sup-distance slopes {min(ntk_slopes):.3f}..{max(ntk_slopes):.3f} (predicted "
-        f"[-0.6, -0.4]); squared function-distance slopes {min(fn_slopes):.3f}.."
-        f"{max(fn_slopes):.3f} (predicted [-1.2, -0.8])"
-    )
-    return Outcome(
-        metrics=tuple(metrics),
-        passed=ntk_ok and fn_ok,
-        summary=summary,
-        figures={"ntk_concentration": fig},
-        arrays=arrays,
-        notes=tuple(notes),
-    )
+    return {"ntk_concentration": fig}
 
 
 EXPERIMENT = register(
@@ -249,9 +380,9 @@ EXPERIMENT = register(
         ),
         criterion=(
             "for erf/tanh networks of depth 2..4, the log-log slope of the seed-median sup "
-            "distance against the width lies in [-0.6, -0.4]; the slope of the seed-median "
-            "squared network-vs-kernel-GD distance at a fixed training time lies in "
-            "[-1.2, -0.8]"
+            f"distance against the width lies in [{NTK_RANGE[0]}, {NTK_RANGE[1]}]; the slope "
+            "of the seed-median squared network-vs-kernel-GD distance at a fixed training "
+            f"time lies in [{FUNCTION_RANGE[0]}, {FUNCTION_RANGE[1]}]"
         ),
         config_type=NtkConcentrationConfig,
         scales={
@@ -272,6 +403,8 @@ EXPERIMENT = register(
                 "activations": ["erf", "tanh"],
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )
