@@ -1,10 +1,13 @@
 """A3 ``sawtooth-samples``: samples the NTK needs to learn the tent map :math:`s_L` on
 :math:`S^1` grow exponentially in ``L`` while the network that computes it grows linearly.
 
-Claim (CLAIMS.md A3, seed 000): NTK kernel ridge regression on ``n`` uniform points of
-:math:`S^1` with labels :math:`s_L + \\varepsilon` (:math:`\\varepsilon \\sim N(0, 0.1^2)`)
-needs :math:`n^\\star(L)` samples, exponential in ``L``; the width-2 network of
-:func:`~ntklab.nets.relu_networks.tent_network` has :math:`6L + 1` parameters.
+Claim: NTK kernel ridge regression on ``n`` uniform points of :math:`S^1` with labels
+:math:`s_L + \\varepsilon` (:math:`\\varepsilon \\sim N(0, 0.1^2)`) needs :math:`n^\\star(L)`
+samples, exponential in ``L`` (the RKHS norm of the tent map grows as :math:`4^L` since the
+ReLU NTK's eigenvalues decay as :math:`k^{-2}` on the circle: Bietti & Mairal, 2019, "On the
+inductive bias of neural tangent kernels"); the width-2 network of
+:func:`~ntklab.nets.relu_networks.tent_network` (Telgarsky, 2016, "Benefits of depth in
+neural networks") has :math:`6L + 1` parameters.
 
 Data, computation, measurement, verdict, figure:
 
@@ -12,53 +15,147 @@ Data, computation, measurement, verdict, figure:
    sample of size ``n``), noise of sd ``noise_sd``, and ``n_test`` test points; labels
    :class:`~ntklab.data.TentMapS1` for every ``L`` at once;
 2. the ReLU NTK of ``depth x [Dense, Relu] + Dense`` on those points, computed once;
-3. for each ``n``: the first ``(1 - validation_fraction) n`` points fit, the others choose the
-   ridge (:func:`~ntklab.dynamics.model_selection.select_ridge_validation`, per ``L``, one
-   eigendecomposition for all ``L`` and ridges); test MSE
+3. for each ``n``: the first ``n - max(1, round(validation_fraction n))`` points fit, the
+   others choose the ridge (:func:`~ntklab.dynamics.model_selection.select_ridge_validation`,
+   per ``L``, one eigendecomposition for all ``L`` and ridges); test MSE
    :math:`= E(\\hat f - s_L)^2 + \\sigma^2`, the expected squared error on a fresh noisy label;
 4. the test MSE is averaged over seeds; :math:`n^\\star(L)` is the smallest grid ``n`` whose
    mean test MSE is :math:`\\le \\sigma^2 + 0.1\\,\\mathrm{Var}(s_L)`; the growth factor per
    level is :math:`e^{b}` of the least-squares fit :math:`\\log n^\\star = a + bL` over
-   ``fit_levels``, reported next to 2 (one sample per oscillation) and 4 (the seed's
-   :math:`\\Omega(4^L)`).
+   ``fit_levels``, reported next to 2 (one sample per oscillation) and 4 (the growth of the
+   squared RKHS norm).
+
+:func:`measure` computes 1-4, :func:`judge` applies the criterion (:data:`GROWTH_RANGE`),
+:func:`draw` plots the stored arrays.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Mapping
+from typing import Annotated
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 
 from ..analysis import fit_exponential_rate
 from ..data import TentMapS1, uniform_circle
 from ..dynamics import select_ridge_validation
+from ..errors import NtklabValueError
 from ..nets import parameter_count, tent_network
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 from .spectrum_s1 import relu_network
 
-__all__ = ["SawtoothSamplesConfig", "geometric_grid", "samples_needed"]
+__all__ = [
+    "GROWTH_RANGE",
+    "SawtoothSamplesConfig",
+    "draw",
+    "geometric_grid",
+    "judge",
+    "measure",
+    "samples_needed",
+]
 
+#: Accepted growth factor per level of the samples needed (2: one sample per oscillation).
 GROWTH_RANGE = (1.6, 2.6)
+#: The accuracy target: test MSE <= noise variance + this fraction of Var(s_L).
+VARIANCE_FRACTION = 0.1
+#: Levels the growth fit needs.
+MIN_FIT_LEVELS = 3
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _increasing(name: str, values: tuple[float, ...]) -> None:
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise NtklabValueError(
+            f"{name}: expected strictly increasing values, received {list(values)}"
+        )
 
 
 class SawtoothSamplesConfig(ExperimentConfig):
-    """Grid of ``sawtooth-samples``."""
+    """Grid of ``sawtooth-samples``.
 
-    levels: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
-    fit_levels: tuple[int, ...] = (3, 4, 5, 6)
-    n_min: int = 8
-    n_max: int = 2048
-    grid_ratio: float = math.sqrt(2.0)
-    seeds: int = 5
-    n_test: int = 2000
-    noise_sd: float = 0.1
-    validation_fraction: float = 0.25
-    depth: int = 2
-    w_std: float = math.sqrt(2.0)
-    b_std: float = 0.1
-    ridges: tuple[float, ...] = tuple(10.0 ** (e / 2) for e in range(-16, 5))
+    Parameters
+    ----------
+    levels : tuple of int
+        Levels ``L`` of the tent map, strictly increasing, each >= 1.
+    fit_levels : tuple of int
+        Levels of the growth fit: at least three of ``levels``, strictly increasing.
+    n_min, n_max : int
+        Ends of the geometric grid of sample sizes, ``n_min <= n_max``; every size leaves at
+        least one fit point beside its validation points.
+    grid_ratio : float
+        Ratio of the geometric grid, > 1.
+    seeds : int
+        Independent samples averaged, >= 1.
+    n_test : int
+        Test points per seed, >= 1.
+    noise_sd : float
+        Label noise standard deviation, >= 0.
+    validation_fraction : float
+        Fraction of each sample that chooses the ridge, in (0, 1).
+    depth : int
+        Hidden layers of the ReLU NTK, >= 1.
+    w_std, b_std : float
+        Weight (> 0) and bias (>= 0) standard deviations.
+    ridges : tuple of float
+        Ridge candidates relative to the kernel's mean diagonal, > 0, strictly increasing.
+    """
+
+    levels: Annotated[tuple[Count, ...], Field(min_length=MIN_FIT_LEVELS)] = (1, 2, 3, 4, 5, 6)
+    fit_levels: Annotated[tuple[Count, ...], Field(min_length=MIN_FIT_LEVELS)] = (3, 4, 5, 6)
+    n_min: Count = 8
+    n_max: Count = 2048
+    grid_ratio: Annotated[float, Field(gt=1, allow_inf_nan=False)] = math.sqrt(2.0)
+    seeds: Count = 5
+    n_test: Count = 2000
+    noise_sd: NonNegativeFloat = 0.1
+    validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.25
+    depth: Count = 2
+    w_std: PositiveFloat = math.sqrt(2.0)
+    b_std: NonNegativeFloat = 0.1
+    ridges: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] = tuple(
+        10.0 ** (e / 2) for e in range(-16, 5)
+    )
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> SawtoothSamplesConfig:
+        for name in ("levels", "fit_levels", "ridges"):
+            _increasing(name, getattr(self, name))
+        outside = sorted(set(self.fit_levels) - set(self.levels))
+        if outside:
+            raise NtklabValueError(
+                f"fit_levels: expected values among levels {list(self.levels)}, received "
+                f"{list(self.fit_levels)} ({outside} not in levels)"
+            )
+        if self.n_min > self.n_max:
+            raise NtklabValueError(
+                f"n_min: expected <= n_max = {self.n_max}, received {self.n_min}"
+            )
+        for n in geometric_grid(self.n_min, self.n_max, self.grid_ratio):
+            if _fit_size(n, self.validation_fraction) < 1:
+                raise NtklabValueError(
+                    f"n_min: expected a sample size that leaves a fit point beside "
+                    f"max(1, round(validation_fraction n)) validation points "
+                    f"(validation_fraction = {self.validation_fraction:g}), received "
+                    f"n_min = {self.n_min} (size {n} of the grid has none)"
+                )
+        return self
 
 
 def geometric_grid(n_min: int, n_max: int, ratio: float) -> list[int]:
@@ -83,14 +180,20 @@ def samples_needed(ns: np.ndarray, mse: np.ndarray, threshold: float) -> float:
     return float(ns[hit[0]]) if hit.size else math.nan
 
 
-def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
+def _fit_size(n: int, validation_fraction: float) -> int:
+    """Points of a sample of size ``n`` that fit (the rest choose the ridge)."""
+    return n - max(1, round(validation_fraction * n))
+
+
+def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
+    """Test MSE of validated NTK ridge regression on the grid of ``n`` and ``L``, and n*."""
     dtype = torch.float64
     ns = geometric_grid(config.n_min, config.n_max, config.grid_ratio)
     levels = config.levels
     arch = relu_network(config.depth, config.w_std, config.b_std)
     targets = [TentMapS1(level) for level in levels]
     sigma2 = config.noise_sd**2
-    thresholds = np.array([sigma2 + 0.1 * f.variance for f in targets])
+    thresholds = np.array([sigma2 + VARIANCE_FRACTION * f.variance for f in targets])
     mse = np.zeros((config.seeds, len(ns), len(levels)))
     ridges_chosen = np.zeros_like(mse)
     for seed in range(config.seeds):
@@ -106,7 +209,7 @@ def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
         scale = float(k_all.diagonal().mean())
         ridges = scale * torch.tensor(config.ridges, dtype=dtype)
         for i, n in enumerate(ns):
-            n_fit = n - max(1, round(config.validation_fraction * n))
+            n_fit = _fit_size(n, config.validation_fraction)
             sel = select_ridge_validation(
                 k_all[:n_fit, :n_fit], y[:n_fit], k_all[n_fit:n, :n_fit], y[n_fit:n], ridges
             )
@@ -123,10 +226,8 @@ def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
     counts = np.array([parameter_count(tent_network(level)) for level in levels])
     level_arr = np.array(levels, dtype=np.float64)
     fit_sel = np.isin(level_arr, np.array(config.fit_levels, dtype=np.float64))
-    metrics: list[Metric] = []
     notes: list[str] = []
-    reached = bool(np.all(np.isfinite(n_star[fit_sel])))
-    if reached and int(fit_sel.sum()) >= 3:
+    if np.all(np.isfinite(n_star[fit_sel])):
         fit = fit_exponential_rate(level_arr[fit_sel], n_star[fit_sel])
         factor, lo, hi = math.exp(-fit.rate), math.exp(-fit.ci_high), math.exp(-fit.ci_low)
     else:
@@ -135,19 +236,18 @@ def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
             f"n* not reached within n <= {ns[-1]} for L = "
             f"{[lv for lv, s in zip(levels, n_star, strict=True) if not math.isfinite(s)]}"
         )
-    passed = reached and GROWTH_RANGE[0] <= factor <= GROWTH_RANGE[1]
-    supports = "2" if abs(math.log(factor / 2.0)) < abs(math.log(factor / 4.0)) else "4"
-    metrics.append(
+    metrics = [
         Metric(
             "samples_growth_per_level",
             factor,
             lo,
             hi,
             predicted=f"[{GROWTH_RANGE[0]}, {GROWTH_RANGE[1]}]; 2 (one sample per oscillation)"
-            " vs 4 (seed's 4^L)",
-            note=f"fit of log n* over L = {list(config.fit_levels)}; closer to {supports}",
+            " vs 4 (the squared RKHS norm's 4^L)",
+            note=f"fit of log n* over L = {list(config.fit_levels)}; closer to "
+            f"{_closer_to(factor)}",
         )
-    )
+    ]
     for j, level in enumerate(levels):
         metrics.append(
             Metric(
@@ -163,9 +263,68 @@ def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
             "net_parameters_per_level",
             float(np.polyfit(level_arr, counts.astype(np.float64), 1)[0]),
             predicted="constant (linear in L)",
+            note=f"parameter count {counts[0]}..{counts[-1]} for L = {levels[0]}..{levels[-1]}",
         )
     )
+    arrays = {
+        "n_grid": n_grid,
+        "levels": level_arr,
+        "test_mse": mse,
+        "ridges": ridges_chosen,
+        "n_star": n_star,
+        "thresholds": thresholds,
+        "samples_growth": np.array([factor, lo, hi]),
+        "parameter_count": counts,
+    }
+    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=tuple(notes))
 
+
+def _closer_to(factor: float) -> str:
+    """``"2"`` or ``"4"``, whichever is nearer ``factor`` on a log scale (``"neither"`` for a
+    factor that is not a finite positive number)."""
+    if not (math.isfinite(factor) and factor > 0):
+        return "neither"
+    return "2" if abs(math.log(factor / 2.0)) < abs(math.log(factor / 4.0)) else "4"
+
+
+def judge(config: SawtoothSamplesConfig, metrics: Metrics) -> Judgement:
+    """The fitted growth factor of n* per level lies in :data:`GROWTH_RANGE` (nan: n* not
+    reached on the grid at some fitted level)."""
+    growth = metrics["samples_growth_per_level"].value
+    passed = GROWTH_RANGE[0] <= growth <= GROWTH_RANGE[1]
+    n_star = [metrics[f"n_star[L={level}]"].value for level in config.levels]
+    per_level = metrics["net_parameters_per_level"].value
+    closer = _closer_to(growth)
+    other = {"2": " than to 4", "4": " than to 2"}.get(closer, "")
+    summary = (
+        f"samples needed grow by {growth:.2f} per level over L = {list(config.fit_levels)} "
+        f"(predicted [{GROWTH_RANGE[0]}, {GROWTH_RANGE[1]}]; closer to {closer}{other}); n* = "
+        + ", ".join(f"{s:.0f}" if math.isfinite(s) else "nan" for s in n_star)
+        + f" for L = {list(config.levels)}; network parameters grow by {per_level:.0f} per "
+        "level (6L + 1)"
+    )
+    ns = geometric_grid(config.n_min, config.n_max, config.grid_ratio)
+    criterion = (
+        f"the smallest n on the grid {ns[0]}..{ns[-1]} (ratio {config.grid_ratio:.3g}, "
+        f"{len(ns)} sizes) whose test MSE averaged over {config.seeds} seeds is <= "
+        f"{config.noise_sd:g}^2 + {VARIANCE_FRACTION:g} Var(s_L) (NTK of depth {config.depth}, "
+        f"ridge chosen on a {config.validation_fraction:g} validation split, {config.n_test} "
+        f"test points) is reached at L = {list(config.fit_levels)} and grows by a fitted factor "
+        f"in [{GROWTH_RANGE[0]}, {GROWTH_RANGE[1]}] per level; reported next to 2 and 4"
+    )
+    return Judgement(passed=passed, summary=summary, criterion=criterion)
+
+
+def draw(
+    config: SawtoothSamplesConfig, metrics: Metrics, arrays: Mapping[str, np.ndarray]
+) -> dict[str, Figure]:
+    """n*(L) against 2^L and 4^L with the network's size, and the test MSE curves."""
+    level_arr, n_star = arrays["levels"], arrays["n_star"]
+    n_grid, counts = arrays["n_grid"], arrays["parameter_count"]
+    factor = float(arrays["samples_growth"][0])
+    sigma2 = config.noise_sd**2
+    mean_mse = arrays["test_mse"].mean(axis=0)
+    fit_sel = np.isin(level_arr, np.array(config.fit_levels, dtype=np.float64))
     fig = Figure(figsize=(11.0, 4.2))
     ax_n, ax_mse = fig.subplots(1, 2)
     ok = np.isfinite(n_star)
@@ -182,45 +341,23 @@ def run(config: SawtoothSamplesConfig, ctx: RunContext) -> Outcome:
     twin.plot(level_arr, counts, "C3^:", ms=4, label="network parameters")
     twin.set_ylabel("parameters of the width-2 network")
     ax_n.set(
-        title=f"samples needed, growth {factor:.2f} per level",
+        title=f"tent map on $S^1$: samples needed, growth {factor:.2f} per level",
         xlabel="L",
         ylabel=r"$n^\star$ (test MSE $\leq \sigma^2 + 0.1\,$Var)",
     )
     ax_n.legend(fontsize=7, loc="upper left")
     twin.legend(fontsize=7, loc="lower right")
-    for j, level in enumerate(levels):
-        ax_mse.loglog(n_grid, mean_mse[:, j] - sigma2, "o-", ms=3, label=f"L={level}")
-        ax_mse.axhline(thresholds[j] - sigma2, color=f"C{j}", lw=0.5, ls=":")
+    for j, level in enumerate(level_arr):
+        ax_mse.loglog(n_grid, mean_mse[:, j] - sigma2, "o-", ms=3, label=f"L={level:.0f}")
+        ax_mse.axhline(arrays["thresholds"][j] - sigma2, color=f"C{j}", lw=0.5, ls=":")
     ax_mse.set(
-        title="NTK KRR excess test MSE (mean over seeds)",
+        title="tent map on $S^1$: NTK KRR excess test MSE (mean over seeds)",
         xlabel="n",
         ylabel=r"$E(\hat f - s_L)^2$",
     )
     ax_mse.legend(fontsize=7)
     fig.tight_layout()
-
-    summary = (
-        f"samples needed grow by {factor:.2f} per level over L = {list(config.fit_levels)} "
-        f"(predicted [1.6, 2.6]; closer to {supports} than to "
-        f"{'4' if supports == '2' else '2'}); n* = "
-        + ", ".join(f"{int(s) if math.isfinite(s) else 'nan'}" for s in n_star)
-        + f" for L = {list(levels)}; network parameters {counts[0]}..{counts[-1]} (6L + 1)"
-    )
-    return Outcome(
-        metrics=tuple(metrics),
-        passed=passed,
-        summary=summary,
-        figures={"sawtooth_samples": fig},
-        arrays={
-            "n_grid": n_grid,
-            "levels": level_arr,
-            "test_mse": mse,
-            "ridges": ridges_chosen,
-            "n_star": n_star,
-            "parameter_count": counts,
-        },
-        notes=tuple(notes),
-    )
+    return {"sawtooth_samples": fig}
 
 
 EXPERIMENT = register(
@@ -256,6 +393,8 @@ EXPERIMENT = register(
                 "n_test": 8192,
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )
