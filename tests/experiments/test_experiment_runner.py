@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "run_key",
     "code",
     "criterion_met",
+    "dataset",
     "config",
     "metrics",
     "criterion",
@@ -114,7 +115,8 @@ def test_pass_run_writes_the_run_folder(fake: Experiment, tmp_path: Path) -> Non
         assert arrays["noise"].shape == (4,)
     assert result.figures == ("line.png",)
     assert result.seed == 0
-    assert set(result.versions) == {"ntklab", "torch", "numpy", "python", "platform"}
+    assert set(result.versions) == {"ntklab", "torch", "numpy", "python", "platform", "machine"}
+    assert "cores" in result.versions["machine"]
     assert calls[0] == (0.0, "starting")
     assert (0.5, "halfway") in calls
     assert calls[-1] == (1.0, "SMOKE")

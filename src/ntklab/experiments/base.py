@@ -230,6 +230,8 @@ class Outcome:
     criterion : str
         The criterion as it applies to the grid that ran (from :class:`Judgement`); empty
         for the experiment's general :attr:`Experiment.criterion`.
+    dataset : str
+        The data set measured on (from :class:`Measurement`); empty for the experiment's.
     """
 
     metrics: tuple[Metric, ...]
@@ -239,6 +241,7 @@ class Outcome:
     arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     criterion: str = ""
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -333,11 +336,16 @@ class Measurement:
         ``arrays.npz``. ``draw`` receives them as NumPy arrays.
     notes : tuple of str
         Remarks about how the figures were measured (caveats, excluded points, ...).
+    dataset : str
+        The data set measured on, as it should be cited (e.g. ``"fashion-mnist train,
+        2000 images (class-balanced, seed 0)"``); empty to use the experiment's
+        :attr:`Experiment.dataset`.
     """
 
     metrics: tuple[Metric, ...]
     arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -491,6 +499,14 @@ class Experiment:
         ``judge(config, metrics) -> Judgement``; pure, metrics by name.
     draw : callable
         ``draw(config, metrics, arrays) -> {name: Figure}``; pure, arrays as NumPy.
+    reported : str
+        The figure the claim's paper reports (with its data set), shown beside the measured
+        one in the claims table, e.g. ``"label slope 2, residual slope 1 (CIFAR-10)"``.
+    headline : tuple of str
+        Names of the metrics the claims table shows as the measured figure.
+    dataset : str
+        The data set the experiment measures on by default (``"synthetic: ..."`` for
+        generated data); a run may name another (:attr:`Measurement.dataset`).
     """
 
     name: str
@@ -503,6 +519,9 @@ class Experiment:
     judge: Callable[[Any, Metrics], Judgement] | None = None
     draw: Callable[[Any, Metrics, Mapping[str, Any]], Mapping[str, Figure]] | None = None
     legacy_run: Callable[[Any, RunContext], Outcome] | None = None
+    reported: str = ""
+    headline: tuple[str, ...] = ()
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -563,6 +582,7 @@ class Experiment:
             arrays=measurement.arrays,
             notes=measurement.notes,
             criterion=judgement.criterion,
+            dataset=measurement.dataset,
         )
 
     @property

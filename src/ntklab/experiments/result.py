@@ -5,7 +5,7 @@
 except ``run_dir`` and ``reused`` (which depend on where and how it is read)::
 
     schema_version, experiment, claim_id, claim, scale, config_hash, run_key, code,
-    config, metrics, criterion, verdict, criterion_met, summary, notes, versions, seed,
+    config, metrics, criterion, verdict, criterion_met, summary, dataset, notes, versions, seed,
     wall_time_s, started_at, figures, arrays, error
 
 What a verdict means:
@@ -20,8 +20,10 @@ What a verdict means:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import platform
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -58,8 +60,25 @@ def _dist_version(name: str) -> str:
         return "not installed"
 
 
+def machine_description() -> str:
+    """The machine a run ran on: architecture, CPU count and total memory (no host name).
+
+    Examples
+    --------
+    >>> "cores" in machine_description()
+    True
+    """
+    cores = os.cpu_count() or 0
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo", encoding="ascii") as f:
+            kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+        memory = f", {kib / 2**20:.0f} GiB"
+    return f"{platform.machine()}, {cores} cores{memory}"
+
+
 def collect_versions() -> dict[str, str]:
-    """Versions of ntklab, torch, numpy and python, and the platform string.
+    """Versions of ntklab, torch, numpy and python, the platform string and the machine.
 
     Read from the installed distributions, so nothing heavy is imported.
     """
@@ -69,6 +88,7 @@ def collect_versions() -> dict[str, str]:
         "numpy": _dist_version("numpy"),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "machine": machine_description(),
     }
 
 
@@ -166,6 +186,8 @@ class RunResult:
     other_code : bool
         Whether this result was made by code other than the running one (reused only with
         ``reuse_any``; see :mod:`ntklab.experiments.fingerprint`).
+    dataset : str
+        The data set measured on, as the experiment names it.
     """
 
     experiment: str
@@ -192,6 +214,7 @@ class RunResult:
     code: dict[str, str] = field(default_factory=dict)
     criterion_met: bool | None = None
     other_code: bool = False
+    dataset: str = ""
 
     @property
     def passed(self) -> bool:
@@ -220,6 +243,7 @@ class RunResult:
             "verdict": self.verdict,
             "criterion_met": self.criterion_met,
             "summary": self.summary,
+            "dataset": self.dataset,
             "notes": list(self.notes),
             "versions": dict(self.versions),
             "seed": self.seed,
@@ -304,6 +328,7 @@ class RunResult:
             run_key=str(data.get("run_key", "")),
             code={str(k): str(v) for k, v in dict(data.get("code") or {}).items()},
             criterion_met=_optional_bool(data.get("criterion_met"), f"{source}: criterion_met"),
+            dataset=str(data.get("dataset", "")),
         )
 
     def as_reused(self, other_code: bool = False) -> RunResult:

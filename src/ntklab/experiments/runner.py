@@ -355,8 +355,10 @@ def _build_result(
     ok = outcome is not None and error is None
     criterion = experiment.criterion
     criterion_met: bool | None = None
+    dataset = experiment.dataset
     if ok and outcome is not None:
         criterion_met = outcome.passed
+        dataset = outcome.dataset or experiment.dataset
         criterion = outcome.criterion or experiment.criterion
         if scale in JUDGED_SCALES:
             verdict: Any = "PASS" if outcome.passed else "FAIL"
@@ -377,6 +379,7 @@ def _build_result(
         criterion=criterion,
         verdict=verdict,
         criterion_met=criterion_met,
+        dataset=dataset,
         summary=summary,
         notes=_notes(outcome),
         versions=collect_versions(),
