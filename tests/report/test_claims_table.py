@@ -1,0 +1,78 @@
+"""The claims table: committed results read back and tabled, the README block replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ntklab.errors import NtklabValueError
+from ntklab.experiments import run_experiment
+from ntklab.experiments.testing import fake_experiment
+from ntklab.report.claims import (
+    TABLE_BEGIN,
+    TABLE_END,
+    claims_table,
+    commit_result,
+    read_committed,
+    replace_table,
+)
+
+
+def _experiment(name: str, passed: bool = True):  # type: ignore[no-untyped-def]
+    return dataclasses.replace(
+        fake_experiment(name, passed=passed, figure=False),
+        reported="value 4 (the paper's Table 1)",
+        headline=("value",),
+        dataset="synthetic: Gaussian noise",
+    )
+
+
+def test_committed_results_are_tabled_with_the_reported_figure(tmp_path: Path) -> None:
+    good, bad = _experiment("fake-good"), _experiment("fake-bad", passed=False)
+    quick = run_experiment(good, "quick", out_root=tmp_path / "runs")
+    paper = run_experiment(bad, "paper", out_root=tmp_path / "runs")
+    root = tmp_path / "results"
+    assert commit_result(quick, root) == root / "quick" / "fake-good.json"
+    commit_result(paper, root)
+    back = read_committed(root)
+    assert set(back) == {("fake-good", "quick"), ("fake-bad", "paper")}
+    assert back[("fake-good", "quick")].metrics == quick.metrics
+    lines = claims_table(root, [good, bad]).splitlines()
+    assert lines[0].startswith("| claim | reported figure | quick")
+    good_row = next(line for line in lines if "fake-good" in line)
+    bad_row = next(line for line in lines if "fake-bad" in line)
+    # quick: the fake's value is n = 8 with interval [7, 9]; paper: n = 64 and FAIL
+    assert "value 8 [7, 9]; **PASS**" in good_row
+    assert "value (the paper's Table 1)" not in good_row  # reported figure is its own cell
+    assert "| value 4 (the paper's Table 1) |" in good_row
+    assert good_row.count("not run") == 1  # no paper run
+    assert "value 64 [63, 65]; **FAIL**" in bad_row
+    assert "synthetic: Gaussian noise" in good_row
+
+
+def test_smoke_and_error_runs_are_not_committed(tmp_path: Path) -> None:
+    smoke = run_experiment(_experiment("fake-smoke"), "tiny", out_root=tmp_path)
+    with pytest.raises(NtklabValueError, match="scale"):
+        commit_result(smoke, tmp_path / "results")
+    broken = fake_experiment("fake-err", error=RuntimeError("x"))
+    error = run_experiment(broken, "quick", out_root=tmp_path)
+    with pytest.raises(NtklabValueError, match="ERROR"):
+        commit_result(error, tmp_path / "results")
+
+
+def test_a_misfiled_result_is_refused(tmp_path: Path) -> None:
+    result = run_experiment(_experiment("fake-a"), "quick", out_root=tmp_path / "runs")
+    path = commit_result(result, tmp_path / "results")
+    path.rename(path.with_name("fake-b.json"))
+    with pytest.raises(NtklabValueError, match="fake-b"):
+        read_committed(tmp_path / "results")
+
+
+def test_replace_table_keeps_the_text_around_it() -> None:
+    text = f"intro\n{TABLE_BEGIN}\nold | table\n{TABLE_END}\noutro\n"
+    out = replace_table(text, "| new |\n")
+    assert out == f"intro\n{TABLE_BEGIN}\n| new |\n{TABLE_END}\noutro\n"
+    with pytest.raises(NtklabValueError, match="markers"):
+        replace_table("no markers", "| new |\n")
