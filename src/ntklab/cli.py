@@ -1,13 +1,20 @@
-"""The ``ntklab`` command: list, run and reproduce the experiments of CLAIMS.md.
+"""The ``ntklab`` command: list, show, run and reproduce the experiments of CLAIMS.md.
 
-Exit codes: 0 when every verdict is PASS; 1 when a verdict is FAIL or ERROR or a run could
-not be written; 2 on usage errors (unknown experiment or scale, bad ``--set``, unwritable
-``--out``), reported in one line without a traceback.
+Exit codes: 0 when every verdict is PASS or SMOKE (a ``tiny`` run, not judged); 1 when a
+verdict is FAIL or ERROR or a run or its report could not be written; 2 on usage errors
+(unknown experiment or scale, a ``--set`` or scale value that breaks the config's rules,
+unwritable ``--out``), reported in one line on stderr without a traceback, before anything is
+computed.
+
+Tables keep their full width when the output is a file or a pipe (rich's 80 columns apply
+only to terminals, whose width is used).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
@@ -35,7 +42,17 @@ if TYPE_CHECKING:
 __all__ = ["app", "main"]
 
 DEFAULT_OUT = Path("ntklab-runs")
-_VERDICT_STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold yellow"}
+_VERDICT_STYLE = {
+    "PASS": "bold green",
+    "FAIL": "bold red",
+    "ERROR": "bold yellow",
+    "SMOKE": "bold cyan",
+}
+_VERDICT_LABEL = {"SMOKE": "SMOKE (smoke run, not judged)"}
+#: Verdicts that make the command exit with status 1.
+_BAD_VERDICTS = frozenset({"FAIL", "ERROR"})
+#: Width of the output when it is not a terminal: wide enough that no table is cut.
+_PIPE_WIDTH = 100_000
 
 app = typer.Typer(
     name="ntklab",
@@ -50,7 +67,16 @@ OutOption = Annotated[
     typer.Option("--out", help="Folder of the run folders (and of the reports)."),
 ]
 ForceOption = Annotated[
-    bool, typer.Option("--force", help="Rerun even if a run with the same config exists.")
+    bool,
+    typer.Option("--force", help="Rerun even if a run with the same config and code exists."),
+]
+ReuseAnyOption = Annotated[
+    bool,
+    typer.Option(
+        "--reuse-any",
+        help="Reuse a finished run of the same config made by other code (another ntklab "
+        "source, torch or numpy) instead of recomputing; it is labelled as such.",
+    ),
 ]
 ScaleOption = Annotated[
     str, typer.Option("--scale", help="Scale: tiny (seconds), quick (minutes) or paper.")
@@ -74,8 +100,19 @@ WorkersOption = Annotated[
 ]
 
 
+def _is_tty() -> bool:
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except ValueError:  # a closed stream
+        return False
+
+
 def _stdout() -> Console:
-    return Console(highlight=False)
+    """The console of the results: the terminal's width, or no limit in a file or a pipe."""
+    if _is_tty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=_PIPE_WIDTH)
 
 
 def _stderr() -> Console:
@@ -134,7 +171,27 @@ def _texts(*values: str) -> list[Text]:
 
 
 def _verdict_text(verdict: str) -> Text:
-    return Text(verdict, style=_VERDICT_STYLE.get(verdict, "bold"))
+    """The verdict in its style; SMOKE spelled out as not judged."""
+    return Text(_VERDICT_LABEL.get(verdict, verdict), style=_VERDICT_STYLE.get(verdict, "bold"))
+
+
+def _code_line(result: RunResult) -> str:
+    """The run key and the code fingerprint it is made of, in one line."""
+    code = result.code
+    if not code.get("digest"):
+        return f"run key: {result.run_key or '—'} (no code fingerprint recorded)"
+    return (
+        f"run key: {result.run_key} = config {result.config_hash} + code {code['digest']} "
+        f"(source {code.get('source', '?')}, torch {code.get('torch', '?')}, "
+        f"numpy {code.get('numpy', '?')})"
+    )
+
+
+def _status(result: RunResult) -> str:
+    """``"12.3 s"``, ``"reused"`` or ``"reused, made by other code"``."""
+    if not result.reused:
+        return f"{result.wall_time_s:.1f} s"
+    return "reused, made by other code" if result.other_code else "reused"
 
 
 def _metrics_table(result: RunResult) -> Table:
@@ -221,6 +278,95 @@ def list_command() -> None:
     _stdout().print(table)
 
 
+def _format_value(value: Any) -> str:
+    """A config value as ``--set`` would take it: ``4,8``, ``true``, ``none``, ``0.001``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, tuple | list):
+        return ",".join(_format_value(v) for v in value) if value else "[]"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+@app.command("show")
+def show_command(
+    name: Annotated[str, typer.Argument(help="Experiment name (see `ntklab list`).")],
+) -> None:
+    """Show an experiment's claim, criterion and config keys, with their value at each scale."""
+    from ntklab.experiments import JUDGED_SCALES, get_experiment, resolve_config
+    from ntklab.experiments.config import config_checks, config_fields
+
+    try:
+        experiment = get_experiment(name)
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    config_type = experiment.config_type
+    specs = config_fields(config_type)
+    values: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for scale, overrides in experiment.scales.items():
+        try:
+            values[scale] = dict(resolve_config(experiment, scale))
+        except NtklabError as exc:
+            problems.append(str(exc))
+            values[scale] = {s.key: overrides.get(s.key, s.default) for s in specs}
+
+    console = _stdout()
+    console.print(Text(f"{experiment.name} ({experiment.claim_id})", style="bold"))
+    console.print(Text("claim: ", style="bold") + Text(" ".join(experiment.claim.split())))
+    console.print(
+        Text("criterion: ", style="bold")
+        + Text(" ".join(experiment.criterion.split()))
+        + Text(
+            f" (judged at scales {', '.join(s for s in JUDGED_SCALES if s in experiment.scales)}"
+            "; each run records the criterion as applied to its grid)",
+            style="dim",
+        )
+    )
+    table = Table(title=f"Config keys ({config_type.__name__})", title_justify="left")
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("type")
+    table.add_column("default")
+    table.add_column("constraints")
+    for scale in experiment.scales:
+        table.add_column(scale)
+    if any(s.description for s in specs):
+        table.add_column("about")
+    for spec in specs:
+        row = [Text(spec.key), Text(spec.type), Text(_format_value(spec.default))]
+        row.append(Text("; ".join(spec.constraints) or "—"))
+        for scale, overrides in experiment.scales.items():
+            shown = Text(_format_value(values[scale].get(spec.key)))
+            shown.stylize("bold" if spec.key in overrides else "dim")
+            row.append(shown)
+        if any(s.description for s in specs):
+            row.append(Text(spec.description))
+        table.add_row(*row)
+    console.print(table)
+    if console.color_system is not None:
+        console.print(Text("Bold: the scale's own value; dim: the default.", style="dim"))
+    for check in config_checks(config_type):
+        console.print(Text(f"check across keys: {check}"))
+    if problems:
+        err = _stderr()
+        for problem in problems:
+            err.print(Text("error: ", style="bold red") + Text(" ".join(problem.split())))
+        raise typer.Exit(1)
+
+
+def _write_run_report(result: RunResult) -> Path:
+    """Write ``report.md`` and ``report.html`` of one run into its run folder."""
+    from ntklab.report import write_report
+
+    _, html_path = write_report([result], result.run_dir)
+    return html_path
+
+
 @app.command("run")
 def run_command(
     name: Annotated[str, typer.Argument(help="Experiment name (see `ntklab list`).")],
@@ -235,15 +381,25 @@ def run_command(
     ] = None,
     out: OutOption = DEFAULT_OUT,
     force: ForceOption = False,
+    reuse_any: ReuseAnyOption = False,
     scheduler: SchedulerOption = None,
     workers: WorkersOption = None,
 ) -> None:
-    """Run one experiment and print its verdict, summary, metrics and run folder."""
-    from ntklab.experiments import parse_set_options, run_experiment
+    """Run one experiment; print its verdict, metrics, run key and run folder, and write its
+    report (report.html, report.md) in the run folder."""
+    from ntklab.experiments import (
+        get_experiment,
+        parse_set_options,
+        resolve_config,
+        run_experiment,
+    )
 
     try:
         overrides = parse_set_options(set_ or [])
         if scheduler is not None or workers is not None:
+            if reuse_any:
+                _usage_error("--reuse-any: not available with --scheduler or --workers")
+            resolve_config(get_experiment(name), scale, overrides)  # before any worker starts
             from ntklab.distributed import SweepTask, run_sweep
 
             with _dask_client(scheduler, workers) as client:
@@ -258,6 +414,7 @@ def run_command(
                     out_root=out,
                     force=force,
                     progress=_progress_callback(progress, task),
+                    reuse_any=reuse_any,
                 )
     except NtklabError as exc:
         _usage_error(str(exc))
@@ -271,16 +428,37 @@ def run_command(
     )
     console.print(header)
     console.print(Text(result.summary))
+    if result.verdict == "SMOKE":
+        console.print(Text(f"criterion, not judged at scale {result.scale}: {result.criterion}"))
+    else:
+        console.print(Text(f"criterion: {result.criterion}"))
     if result.metrics:
         console.print(_metrics_table(result))
     for note in result.notes:
         console.print(Text(f"note: {note}", style="dim"))
-    status = "reused" if result.reused else f"{result.wall_time_s:.1f} s"
-    console.print(Text(f"run folder: {result.run_dir} ({status})"))
-    if result.verdict != "PASS":
+    console.print(Text(f"run folder: {result.run_dir} ({_status(result)})"))
+    console.print(Text(_code_line(result)))
+    if result.other_code:
+        from ntklab.experiments.fingerprint import code_fingerprint
+
+        console.print(
+            Text(
+                f"made by other code: this code is {code_fingerprint().digest}; "
+                "rerun without --reuse-any to recompute",
+                style="yellow",
+            )
+        )
+    report_written = True
+    try:
+        console.print(Text(f"report: {_write_run_report(result)}"))
+    except OSError as exc:
+        _stderr().print(Text(f"error: could not write the report of {name}: {exc}", style="red"))
+        report_written = False
+    if result.verdict in _BAD_VERDICTS:
         _stderr().print(
             _verdict_text(result.verdict) + Text(f" {result.experiment}: {_reason(result)}")
         )
+    if result.verdict in _BAD_VERDICTS or not report_written:
         raise typer.Exit(1)
 
 
@@ -300,9 +478,12 @@ def _summary_table(results: Sequence[RunResult]) -> Table:
     table.add_column("measured")
     table.add_column("time", justify="right", no_wrap=True)
     for r in results:
-        time = "reused" if r.reused else f"{r.wall_time_s:.1f} s"
         table.add_row(
-            Text(r.claim_id), Text(r.experiment), _verdict_text(r.verdict), Text(r.summary), time
+            Text(r.claim_id),
+            Text(r.experiment),
+            _verdict_text(r.verdict),
+            Text(r.summary),
+            Text(_status(r)),
         )
     return table
 
@@ -312,6 +493,7 @@ def reproduce_command(
     scale: ScaleOption = "quick",
     out: OutOption = DEFAULT_OUT,
     force: ForceOption = False,
+    reuse_any: ReuseAnyOption = False,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", metavar="NAME", help="Run only this experiment (repeatable)."),
@@ -319,11 +501,17 @@ def reproduce_command(
     scheduler: SchedulerOption = None,
     workers: WorkersOption = None,
 ) -> None:
-    """Run every registered experiment, then write report.md and report.html in --out."""
+    """Run every registered experiment, then write report.md and report.html in --out.
+
+    Exits 0 when every verdict is PASS or SMOKE (a tiny run, not judged), 1 on FAIL or ERROR.
+    """
     from ntklab.experiments import resolve_config, run_experiment
+    from ntklab.experiments.fingerprint import code_fingerprint
     from ntklab.report import write_report
 
     try:
+        if reuse_any and (scheduler is not None or workers is not None):
+            _usage_error("--reuse-any: not available with --scheduler or --workers")
         experiments = _select(only or [])
         for experiment in experiments:
             resolve_config(experiment, scale)
@@ -338,7 +526,9 @@ def reproduce_command(
     if scheduler is not None or workers is not None:
         results = _reproduce_on_dask(experiments, scale, out, force, scheduler, workers)
         problems = [
-            f"{r.verdict} {r.experiment}: {_reason(r)}" for r in results if r.verdict != "PASS"
+            f"{r.verdict} {r.experiment}: {_reason(r)}"
+            for r in results
+            if r.verdict in _BAD_VERDICTS
         ]
     else:
         with _progress_bar() as progress:
@@ -353,6 +543,7 @@ def reproduce_command(
                         out_root=out,
                         force=force,
                         progress=_progress_callback(progress, task),
+                        reuse_any=reuse_any,
                     )
                 except NtklabError as exc:
                     progress.stop()
@@ -361,7 +552,7 @@ def reproduce_command(
                     problems.append(f"{experiment.name}: could not write the run ({exc})")
                 else:
                     results.append(result)
-                    if result.verdict != "PASS":
+                    if result.verdict in _BAD_VERDICTS:
                         problems.append(f"{result.verdict} {result.experiment}: {_reason(result)}")
                 progress.remove_task(task)
                 progress.advance(overall)
@@ -369,6 +560,14 @@ def reproduce_command(
     console = _stdout()
     if results:
         console.print(_summary_table(results))
+        fp = code_fingerprint()
+        console.print(
+            Text(
+                f"code: {fp.digest} (source {fp.source}, torch {fp.torch}, numpy {fp.numpy}); "
+                f"{sum(r.other_code for r in results)} of {len(results)} results made by "
+                "other code"
+            )
+        )
         try:
             md_path, html_path = write_report(results, out)
         except OSError as exc:

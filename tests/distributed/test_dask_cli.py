@@ -43,12 +43,12 @@ def metrics(run_root: Path, name: str) -> object:
 
 
 def test_run_on_scheduler_matches_local(scheduler: str, tmp_path: Path, fakes: None) -> None:
-    local = invoke("run", "fake-pass", "--scale", "tiny", "--out", str(tmp_path / "a"))
+    local = invoke("run", "fake-pass", "--scale", "quick", "--out", str(tmp_path / "a"))
     remote = invoke(
         "run",
         "fake-pass",
         "--scale",
-        "tiny",
+        "quick",
         "--out",
         str(tmp_path / "b"),
         "--scheduler",
@@ -63,7 +63,7 @@ def test_run_on_scheduler_matches_local(scheduler: str, tmp_path: Path, fakes: N
 def test_reproduce_on_scheduler(scheduler: str, tmp_path: Path, fakes: None) -> None:
     out = tmp_path / "runs"
     result = invoke(
-        "reproduce", "--scale", "tiny", "--only", "fake-pass", "--only", "fake-fail",
+        "reproduce", "--scale", "quick", "--only", "fake-pass", "--only", "fake-fail",
         "--out", str(out), "--scheduler", scheduler,
     )  # fmt: skip
     assert result.exit_code == 1, result.output

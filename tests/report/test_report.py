@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from ntklab.experiments import RunResult, run_experiment
+from ntklab.experiments.fingerprint import code_fingerprint
 from ntklab.experiments.testing import fake_experiment
-from ntklab.report import write_report
+from ntklab.report import render_html, render_markdown, write_report
 
 WHEN = dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
 
@@ -26,7 +27,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[RunResult]:
         fake_experiment("fake-fail", "Z2", passed=False),
         fake_experiment("fake-pass", "Z1"),
     ]
-    return [run_experiment(e, "tiny", out_root=out) for e in experiments]
+    judged = [run_experiment(e, "quick", out_root=out) for e in experiments]
+    smoke = run_experiment(fake_experiment("fake-smoke", "Z3"), "tiny", out_root=out)
+    return [*judged, smoke]
 
 
 def test_markdown_has_header_claims_table_and_sections(
@@ -36,23 +39,23 @@ def test_markdown_has_header_claims_table_and_sections(
     assert md_path == tmp_path / "report.md"
     md = md_path.read_text()
     assert md.startswith("# ntklab report\n")
-    assert "Generated 2024-05-06T07:08:09+00:00. 1 PASS, 1 FAIL, 1 ERROR of 3 runs." in md
+    assert "Generated 2024-05-06T07:08:09+00:00. 1 PASS, 1 FAIL, 1 ERROR, 1 SMOKE of 4 runs." in md
     assert f"torch {results[0].versions['torch']}" in md
     passing = results[2]
     link = Path(os.path.relpath(passing.run_dir / "line.png", tmp_path)).as_posix()
-    row = (
-        "| Z1 | fake-pass (tiny) | value equals n | value 4 matches prediction 4 | **PASS** | "
+    row = (  # the criterion as applied to the grid that ran (n = 8), not the general one
+        "| Z1 | fake-pass (quick) | value equals n = 8 | value 8 matches prediction 8 | **PASS** | "
         f"[line.png]({link}) |"
     )
     assert row in md
     assert (
-        "| Z10 | fake-err (tiny) | value equals n | error: RuntimeError: boom \\<b> "
+        "| Z10 | fake-err (quick) | value equals n | error: RuntimeError: boom \\<b> "
         "| **ERROR** | — |" in md
     )
-    # claims in natural order: Z1, Z2, Z10
-    order = [md.index(f"## {c} ") for c in ("Z1", "Z2", "Z10")]
+    # claims in natural order: Z1, Z2, Z3, Z10
+    order = [md.index(f"## {c} ") for c in ("Z1", "Z2", "Z3", "Z10")]
     assert order == sorted(order)
-    assert "| value | 4 | [3, 5] | 4 |  |  |" in md
+    assert "| value | 8 | [7, 9] | 8 |  |  |" in md
     assert "| spread | 1.414 | — | — | sd | a \\| b |" in md
     assert f"![line.png]({link})" in md
     assert "RuntimeError: boom <b>" in md  # inside the traceback's code block
@@ -68,14 +71,14 @@ def test_html_is_self_contained_and_escaped(results: list[RunResult], tmp_path: 
     assert "<link" not in html
     assert "<script" not in html
     uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(uris) == 2
+    assert len(uris) == 3
     png = (results[2].run_dir / "line.png").read_bytes()
     assert png in {base64.b64decode(u) for u in uris}
     assert "It has &lt;html&gt; &amp; | pipes." in html
     assert "<html> &" not in html
     assert "boom &lt;b&gt;" in html
     assert "<b>" not in html
-    anchor = "fig-fake-pass-tiny-line"
+    anchor = "fig-fake-pass-quick-line"
     assert f'href="#{anchor}"' in html
     assert f'id="{anchor}"' in html
     assert "<td>Z1</td>" in html
@@ -93,3 +96,52 @@ def test_missing_figure_is_reported_not_fatal(results: list[RunResult], tmp_path
 def test_write_report_rejects_non_results(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"results\[0\]: expected a RunResult"):
         write_report(["nope"], tmp_path)  # type: ignore[list-item]
+
+
+def test_reports_say_what_a_verdict_means_and_show_smoke_runs(results: list[RunResult]) -> None:
+    md = render_markdown(results, results[0].run_dir.parent.parent, generated_at=WHEN)
+    html = render_html(results, generated_at=WHEN)
+    assert "What a verdict means:" in md and "What a verdict means:" in html
+    judged = "at a judged scale (quick and paper), the measured figures meet the claim's criterion"
+    smoke = "a smoke run (scale tiny): it shows that the code runs end to end"
+    assert f"- **PASS**: {judged}" in md
+    assert f"- **SMOKE**: {smoke}" in md
+    assert judged.replace("'", "&#x27;") in html and smoke in html
+    assert "not judged" in md.split("- **SMOKE**", 1)[1].split("\n", 1)[0]
+    # the smoke run: its own label, its criterion as applied but not judged
+    assert "## Z3 `fake-smoke`: SMOKE (smoke run, not judged)" in md
+    assert "| Z3 | fake-smoke (tiny) | value equals n = 4 |" in md
+    assert "| **SMOKE** (not judged) |" in md
+    assert (
+        "**Criterion as applied to this grid (not judged at scale tiny).** value equals n = 4" in md
+    )
+    assert "**Criterion as applied to this grid.** value equals n = 8" in md
+    assert '<span class="verdict SMOKE">SMOKE</span> (smoke run, not judged)</h2>' in html
+    assert ".SMOKE {" in html
+    assert "Criterion as applied to this grid (not judged at scale tiny).</strong>" in html
+
+
+def test_reports_show_the_code_fingerprint_and_other_code(results: list[RunResult]) -> None:
+    fp = code_fingerprint()
+    passing = results[2]
+    assert passing.code["digest"] == fp.digest
+    md = render_markdown(results, passing.run_dir.parent.parent, generated_at=WHEN)
+    html = render_html(results, generated_at=WHEN)
+    code = f"code `{fp.digest}` (source {fp.source}, torch {fp.torch}, numpy {fp.numpy})"
+    assert f"run key `{passing.run_key}`, {code}." in md
+    assert f"Code fingerprints (ntklab source, torch, numpy): `{fp.digest}` (4 runs); " in md
+    assert "0 run(s) reused from other code" in md
+    assert f"<code>{passing.run_key}</code>, code <code>{fp.digest}</code>" in html
+    assert "made by other code" not in md and "made by other code" not in html
+
+    other = dataclasses.replace(
+        passing, reused=True, other_code=True, code={**passing.code, "digest": "feedfacefeedface"}
+    )
+    old = dataclasses.replace(results[1], code={})  # recorded before code fingerprints
+    md = render_markdown([other, old], passing.run_dir.parent.parent, generated_at=WHEN)
+    html = render_html([other, old], generated_at=WHEN)
+    assert "| **PASS** (made by other code) |" in md
+    assert "code `feedfacefeedface`" in md and ", **made by other code** than the one" in md
+    assert "`feedfacefeedface` (1 run), `unknown` (1 run); 1 run(s) reused from other code" in md
+    assert "code `unknown`" in md
+    assert '<span class="verdict PASS">PASS</span> <span class="other-code">made by other' in html

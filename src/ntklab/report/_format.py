@@ -5,21 +5,69 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ntklab.experiments.base import JUDGED_SCALES
 from ntklab.experiments.registry import claim_sort_key
-from ntklab.experiments.result import RunResult
+from ntklab.experiments.result import VERDICTS, RunResult
 
 __all__ = [
+    "VERDICT_LABELS",
     "VERSION_KEYS",
+    "code_counts",
+    "code_digest",
     "count_verdicts",
+    "criterion_label",
     "figure_anchor",
     "format_ci",
     "format_value",
     "merged_versions",
     "order_results",
     "section_anchor",
+    "verdict_meanings",
 ]
 
 VERSION_KEYS: tuple[str, ...] = ("ntklab", "torch", "numpy", "python", "platform")
+
+#: How a verdict is shown where it stands alone (a section title).
+VERDICT_LABELS: dict[str, str] = {"SMOKE": "SMOKE (smoke run, not judged)"}
+
+
+def verdict_meanings() -> list[tuple[str, str]]:
+    """``(verdict, what it means)`` for every verdict, as the reports explain them."""
+    judged = " and ".join(JUDGED_SCALES)
+    return [
+        (
+            "PASS",
+            f"at a judged scale ({judged}), the measured figures meet the claim's criterion "
+            "as applied to the grid that ran (the criterion shown with the run).",
+        ),
+        ("FAIL", f"at a judged scale ({judged}), the measured figures miss that criterion."),
+        (
+            "SMOKE",
+            "a smoke run (scale tiny): it shows that the code runs end to end; its grid is "
+            "too small for the criterion to mean anything, so it is not judged.",
+        ),
+        ("ERROR", "the experiment raised; the traceback is kept with the run."),
+    ]
+
+
+def code_digest(result: RunResult) -> str:
+    """The digest of the code fingerprint that made ``result`` (``"unknown"`` if none)."""
+    return result.code.get("digest") or "unknown"
+
+
+def code_counts(results: Sequence[RunResult]) -> dict[str, int]:
+    """Number of runs per code digest, in order of first appearance."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[code_digest(r)] = counts.get(code_digest(r), 0) + 1
+    return counts
+
+
+def criterion_label(result: RunResult) -> str:
+    """What the criterion shown with ``result`` is: applied, or not judged at its scale."""
+    if result.verdict == "SMOKE":
+        return f"Criterion as applied to this grid (not judged at scale {result.scale})"
+    return "Criterion as applied to this grid"
 
 
 def format_value(value: float | None) -> str:
@@ -63,8 +111,8 @@ def merged_versions(results: Sequence[RunResult]) -> dict[str, str]:
 
 
 def count_verdicts(results: Sequence[RunResult]) -> dict[str, int]:
-    """Number of runs per verdict, PASS, FAIL and ERROR in that order."""
-    return {v: sum(r.verdict == v for r in results) for v in ("PASS", "FAIL", "ERROR")}
+    """Number of runs per verdict: PASS, FAIL, ERROR, SMOKE in that order."""
+    return {v: sum(r.verdict == v for r in results) for v in VERDICTS}
 
 
 def figure_anchor(result: RunResult, figure: str) -> str:

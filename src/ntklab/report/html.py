@@ -15,13 +15,18 @@ from pathlib import Path
 from ntklab.experiments.result import RunResult
 
 from ._format import (
+    VERDICT_LABELS,
+    code_counts,
+    code_digest,
     count_verdicts,
+    criterion_label,
     figure_anchor,
     format_ci,
     format_value,
     merged_versions,
     order_results,
     section_anchor,
+    verdict_meanings,
 )
 
 __all__ = ["png_data_uri", "render_html"]
@@ -37,6 +42,8 @@ th { background: #f4f4f6; } td.num { font-variant-numeric: tabular-nums; white-s
 .meta { color: #555; font-size: .9rem; }
 .verdict { font-weight: 700; padding: .05rem .4rem; border-radius: .25rem; color: #fff; }
 .PASS { background: #1a7f37; } .FAIL { background: #c62828; } .ERROR { background: #8a4b00; }
+.SMOKE { background: #5b6770; }
+.other-code { color: #8a4b00; font-weight: 600; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: .85rem; }
 pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .82rem; }
@@ -61,6 +68,37 @@ def _verdict(verdict: str) -> str:
     return f'<span class="verdict {_e(verdict)}">{_e(verdict)}</span>'
 
 
+def _verdict_cell(result: RunResult) -> str:
+    cell = _verdict(result.verdict)
+    if result.verdict == "SMOKE":
+        cell += " (not judged)"
+    if result.other_code:
+        cell += ' <span class="other-code">made by other code</span>'
+    return cell
+
+
+def _code(result: RunResult) -> str:
+    """The code fingerprint of a run, and whether other code made it."""
+    code = result.code
+    text = f"code <code>{_e(code_digest(result))}</code>"
+    if code.get("source"):
+        text += (
+            f" (source {_e(code['source'])}, torch {_e(code.get('torch', '?'))}, "
+            f"numpy {_e(code.get('numpy', '?'))})"
+        )
+    if result.other_code:
+        text += (
+            ', <span class="other-code">made by other code</span> than the one running '
+            "(reused with <code>--reuse-any</code>)"
+        )
+    return text
+
+
+def _meanings() -> str:
+    items = "".join(f"<li>{_verdict(v)} {_e(meaning)}</li>" for v, meaning in verdict_meanings())
+    return f'<p class="meta">What a verdict means:</p><ul class="meta">{items}</ul>'
+
+
 def _figure_links(result: RunResult) -> str:
     links = [f'<a href="#{_e(figure_anchor(result, f))}">{_e(f)}</a>' for f in result.figures]
     return ", ".join(links) if links else "—"
@@ -75,13 +113,13 @@ def _summary_table(results: Sequence[RunResult]) -> str:
             f'<td><a href="#{_e(section_anchor(r))}">{_e(r.experiment)}</a> ({_e(r.scale)})</td>'
             f"<td>{_e(r.criterion)}</td>"
             f"<td>{_e(r.summary)}</td>"
-            f"<td>{_verdict(r.verdict)}</td>"
+            f"<td>{_verdict_cell(r)}</td>"
             f"<td>{_figure_links(r)}</td>"
             "</tr>"
         )
     head = "".join(
         f"<th>{h}</th>"
-        for h in ("Claim", "Experiment", "Prediction", "Measured", "Verdict", "Figure")
+        for h in ("Claim", "Experiment", "Criterion as applied", "Measured", "Verdict", "Figure")
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -114,16 +152,19 @@ def _figure(result: RunResult, figure: str) -> str:
 
 def _section(result: RunResult) -> str:
     reused = " (reused)" if result.reused else ""
+    label = VERDICT_LABELS.get(result.verdict, "")
+    note = f" {_e(label.removeprefix(result.verdict).strip())}" if label else ""
     parts = [
         f'<section id="{_e(section_anchor(result))}">',
         f"<h2>{_e(result.claim_id)} <code>{_e(result.experiment)}</code> "
-        f"{_verdict(result.verdict)}</h2>",
+        f"{_verdict(result.verdict)}{note}</h2>",
         f"<p><strong>Claim.</strong> {_e(result.claim)}</p>",
-        f"<p><strong>Criterion.</strong> {_e(result.criterion)}</p>",
+        f"<p><strong>{_e(criterion_label(result))}.</strong> {_e(result.criterion)}</p>",
         f"<p><strong>Measured.</strong> {_e(result.summary)}</p>",
         f'<p class="meta">Scale <code>{_e(result.scale)}</code>, seed {_e(result.seed)}, '
         f"{result.wall_time_s:.1f} s, started {_e(result.started_at)}{reused}; "
-        f"run folder <code>{_e(result.run_dir)}</code>.</p>",
+        f"run folder <code>{_e(result.run_dir)}</code>; run key "
+        f"<code>{_e(result.run_key)}</code>, {_code(result)}.</p>",
     ]
     if result.metrics:
         parts.append(_metrics_table(result))
@@ -160,12 +201,20 @@ def render_html(results: Sequence[RunResult], generated_at: dt.datetime | None =
     counts = count_verdicts(ordered)
     versions = " · ".join(f"{_e(k)} {_e(v)}" for k, v in merged_versions(ordered).items())
     tally = ", ".join(f"{n} {_verdict(v)}" for v, n in counts.items())
+    codes = ", ".join(
+        f"<code>{_e(d)}</code> ({n} run{'s' if n != 1 else ''})"
+        for d, n in code_counts(ordered).items()
+    )
+    other = sum(r.other_code for r in ordered)
     body = "\n".join(
         [
             "<h1>ntklab report</h1>",
             f'<p class="meta">Generated {_e(when.isoformat(timespec="seconds"))}. '
             f"{tally} of {len(ordered)} runs.</p>",
             f'<p class="meta">{versions}</p>',
+            f'<p class="meta">Code fingerprints (ntklab source, torch, numpy): {codes}; '
+            f"{other} run(s) reused from other code (<code>--reuse-any</code>).</p>",
+            _meanings(),
             "<h2>Claims</h2>",
             _summary_table(ordered),
             *(_section(r) for r in ordered),

@@ -15,11 +15,16 @@ from pathlib import Path
 from ntklab.experiments.result import RunResult
 
 from ._format import (
+    VERDICT_LABELS,
+    code_counts,
+    code_digest,
     count_verdicts,
+    criterion_label,
     format_ci,
     format_value,
     merged_versions,
     order_results,
+    verdict_meanings,
 )
 
 __all__ = ["render_markdown"]
@@ -50,6 +55,15 @@ def _figure_links(result: RunResult, out_dir: Path) -> str:
     return ", ".join(links) if links else "—"
 
 
+def _verdict_cell(result: RunResult) -> str:
+    cell = f"**{result.verdict}**"
+    if result.verdict == "SMOKE":
+        cell += " (not judged)"
+    if result.other_code:
+        cell += " (made by other code)"
+    return cell
+
+
 def _summary_rows(results: Sequence[RunResult], out_dir: Path) -> list[list[str]]:
     return [
         [
@@ -57,27 +71,43 @@ def _summary_rows(results: Sequence[RunResult], out_dir: Path) -> list[list[str]
             f"{r.experiment} ({r.scale})",
             r.criterion,
             r.summary,
-            f"**{r.verdict}**",
+            _verdict_cell(r),
             _figure_links(r, out_dir),
         ]
         for r in results
     ]
 
 
+def _code_text(result: RunResult) -> str:
+    """``code `digest` (source ..., torch ..., numpy ...)``, and whether other code made it."""
+    code = result.code
+    text = f"code `{code_digest(result)}`"
+    if code.get("source"):
+        text += (
+            f" (source {code['source']}, torch {code.get('torch', '?')}, "
+            f"numpy {code.get('numpy', '?')})"
+        )
+    if result.other_code:
+        text += ", **made by other code** than the one running (reused with `--reuse-any`)"
+    return text
+
+
 def _section(result: RunResult, out_dir: Path) -> list[str]:
+    verdict = VERDICT_LABELS.get(result.verdict, result.verdict)
     lines = [
-        f"## {result.claim_id} `{result.experiment}`: {result.verdict}",
+        f"## {result.claim_id} `{result.experiment}`: {verdict}",
         "",
         f"**Claim.** {text(result.claim)}",
         "",
-        f"**Criterion.** {text(result.criterion)}",
+        f"**{criterion_label(result)}.** {text(result.criterion)}",
         "",
         f"**Measured.** {text(result.summary)}",
         "",
         (
             f"Scale `{result.scale}`, seed {result.seed}, {result.wall_time_s:.1f} s, "
             f"started {result.started_at}{' (reused)' if result.reused else ''}; "
-            f"run folder `{_relative(result.run_dir, out_dir)}`."
+            f"run folder `{_relative(result.run_dir, out_dir)}`; run key `{result.run_key}`, "
+            f"{_code_text(result)}."
         ),
         "",
     ]
@@ -139,6 +169,7 @@ def render_markdown(
     ordered = order_results(results)
     counts = count_verdicts(ordered)
     versions = merged_versions(ordered)
+    codes = code_counts(ordered)
     lines = [
         "# ntklab report",
         "",
@@ -148,10 +179,19 @@ def render_markdown(
         "",
         " · ".join(f"{k} {v}" for k, v in versions.items()),
         "",
+        "Code fingerprints (ntklab source, torch, numpy): "
+        + ", ".join(f"`{d}` ({n} run{'s' if n != 1 else ''})" for d, n in codes.items())
+        + f"; {sum(r.other_code for r in ordered)} run(s) reused from other code "
+        "(`--reuse-any`).",
+        "",
+        "What a verdict means:",
+        "",
+        *(f"- **{v}**: {meaning}" for v, meaning in verdict_meanings()),
+        "",
         "## Claims",
         "",
     ]
-    header = ["Claim", "Experiment", "Prediction", "Measured", "Verdict", "Figure"]
+    header = ["Claim", "Experiment", "Criterion as applied", "Measured", "Verdict", "Figure"]
     lines += _table(header, _summary_rows(ordered, Path(out_dir)))
     lines.append("")
     for result in ordered:
