@@ -1,34 +1,245 @@
-"""``cntk-vs-cnn`` end to end on its tiny grid, and its kernel regression against a direct
-solve."""
+"""``cntk-vs-cnn``: its judge on both sides of its threshold, its config's constraints, its tiny
+run against kernels computed here from their closed forms with NumPy, and its kernel
+regression against a direct solve."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import math
 
 import numpy as np
+import pytest
 import torch
 
-from ntklab.experiments import get_experiment
-from ntklab.experiments.cntk_vs_cnn import cnn_architecture, kernel_regression_accuracy
+from ntklab.data import load_digits
+from ntklab.errors import NtklabValueError
+from ntklab.experiments import RunResult, get_experiment, metrics_from_values, resolve_config
+from ntklab.experiments.cntk_vs_cnn import (
+    MODELS,
+    CntkVsCnnConfig,
+    cnn_architecture,
+    judge,
+    kernel_regression_accuracy,
+)
 from ntklab.experiments.testing import run_tiny
 
+NAME = "cntk-vs-cnn"
 
-def test_tiny_run_records_the_four_accuracies(tmp_path: Path) -> None:
-    result = run_tiny("cntk-vs-cnn", tmp_path)
-    assert result.verdict in ("PASS", "FAIL"), result.summary
-    data = json.loads((result.run_dir / "result.json").read_text())
-    metrics = {m["name"]: m["value"] for m in data["metrics"]}
-    for name in ("cntk_gap", "cntk_flatten", "mlp_ntk", "cnn_gap_finite"):
-        assert 0.0 <= metrics[f"{name}_accuracy"] <= 1.0
-    # chance is 0.1 on 10 classes: the kernels must do better even on 40 images
-    assert metrics["cntk_gap_accuracy"] > 0.3
-    assert (result.verdict == "PASS") == (
-        metrics["cntk_gap_accuracy"] >= metrics["mlp_ntk_accuracy"]
+# --- judge ---------------------------------------------------------------------------------
+
+OTHERS = {
+    "cntk_flatten_accuracy": 0.61,
+    "cnn_gap_finite_accuracy": 0.42,
+    "cntk_gap_same_time_accuracy": 0.44,
+    "cnn_final_train_loss": 0.01,
+}
+JUDGE_CASES = [
+    ("CNTK-GAP above", 0.9, 0.8, True),
+    ("equal accuracies", 0.8, 0.8, True),
+    ("CNTK-GAP one test image below", 0.8 - 1 / 256, 0.8, False),
+    ("CNTK-GAP far below", 0.2, 0.8, False),
+    ("NaN CNTK-GAP", math.nan, 0.8, False),
+    ("NaN MLP", 0.8, math.nan, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("gap", "mlp", "passed"), [c[1:] for c in JUDGE_CASES], ids=[c[0] for c in JUDGE_CASES]
+)
+def test_judge_on_both_sides_of_the_threshold(gap: float, mlp: float, passed: bool) -> None:
+    values = OTHERS | {"cntk_gap_accuracy": gap, "mlp_ntk_accuracy": mlp}
+    judgement = judge(CntkVsCnnConfig(), metrics_from_values(values))
+    assert judgement.passed is passed
+    assert f"CNTK-GAP {gap:.3f}" in judgement.summary
+    assert f"MLP NTK {mlp:.3f}" in judgement.summary
+    assert ("CNTK-GAP >= MLP NTK" in judgement.summary) is passed
+
+
+def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
+    config = CntkVsCnnConfig(n_train=100, n_test=50, depth=4, ridge=0.01, b_std=0.1)
+    values = OTHERS | {"cntk_gap_accuracy": 0.5, "mlp_ntk_accuracy": 0.4}
+    text = judge(config, metrics_from_values(values)).criterion
+    assert "depth 4" in text and "ridge 0.01" in text and "b_std 0.1" in text
+    assert "50 digits test images with 100 training images" in text
+
+
+# --- config --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("n_train", "0"),
+        ("n_test", "-5"),
+        ("depth", "0"),
+        ("w_std", "0"),
+        ("b_std", "-1"),
+        ("ridge", "0"),
+        ("cnn_width", "0"),
+        ("cnn_steps", "0"),
+        ("cnn_lr_fraction", "0"),
+        ("cnn_lr_fraction", "1"),
+        ("max_memory_mb", "0"),
+        ("n_train", "1600"),  # with n_test = 256: more than the 1797 digits
+    ],
+)
+def test_config_errors_name_the_key(key: str, value: str) -> None:
+    with pytest.raises(NtklabValueError, match=key):
+        resolve_config(get_experiment(NAME), "quick", {key: value})
+
+
+def test_config_error_states_expected_and_received() -> None:
+    with pytest.raises(NtklabValueError, match=r"n_train \+ n_test.*at most 1797.*1856"):
+        resolve_config(get_experiment(NAME), "quick", {"n_train": "1600"})
+    # CIFAR-10: the pool is 5 n_train training and 5 n_test test images, capped by the splits
+    config = resolve_config(get_experiment(NAME), "paper", {"n_test": "10000"})
+    assert isinstance(config, CntkVsCnnConfig) and config.n_test == 10000
+    with pytest.raises(NtklabValueError, match=r"n_train \+ n_test.*at most 60000"):
+        resolve_config(get_experiment(NAME), "paper", {"n_train": "50001", "n_test": "10000"})
+
+
+# --- tiny run ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    return run_tiny(NAME, tmp_path_factory.mktemp("cntk-vs-cnn"))
+
+
+def _relu(k: np.ndarray, q1: np.ndarray, q2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Arc-cosine duals of ReLU: E[relu(u) relu(v)] and E[relu'(u) relu'(v)]."""
+    norm = np.sqrt(q1 * q2)
+    cos = np.clip(np.divide(k, norm, out=np.zeros_like(k), where=norm > 0), -1.0, 1.0)
+    theta = np.arccos(cos)
+    return norm * (np.sin(theta) + (math.pi - theta) * cos) / (2 * math.pi), (math.pi - theta) / (
+        2 * math.pi
     )
-    arrays = np.load(result.run_dir / "arrays.npz")
-    assert arrays["cnn_losses"].shape == (6,)  # logged at steps 0..5
-    assert (result.run_dir / "cntk_vs_cnn.png").exists()
+
+
+def _mlp_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w: float, b: float) -> np.ndarray:
+    """NTK of depth x [Dense, Relu] + Dense (NTK parameterization), Jacot et al. 2018."""
+    d = x1.shape[1]
+    k = w**2 * x1 @ x2.T / d + b**2
+    q1 = w**2 * (x1**2).sum(1) / d + b**2
+    q2 = w**2 * (x2**2).sum(1) / d + b**2
+    ntk = k
+    for _ in range(depth):
+        k, kdot = _relu(k, q1[:, None], q2[None, :])
+        ntk = ntk * kdot
+        k = w**2 * k + b**2
+        ntk = w**2 * ntk + k
+        q1, q2 = w**2 * q1 / 2 + b**2, w**2 * q2 / 2 + b**2
+    return ntk
+
+
+def _window_mean(a: np.ndarray, pair: bool) -> np.ndarray:
+    """Mean over 3x3 shifts, zero padded (SAME): a[..., p + o, p' + o] for pairs (n, h, w, h,
+    w), a[..., p + o] for diagonals (n, h, w)."""
+    h, w = a.shape[1], a.shape[2]
+    pad = np.pad(a, [(0, 0)] + [(1, 1)] * (a.ndim - 1))
+    out = np.zeros_like(a)
+    for i in range(3):
+        for j in range(3):
+            if pair:
+                out += pad[:, i : i + h, j : j + w, i : i + h, j : j + w]
+            else:
+                out += pad[:, i : i + h, j : j + w]
+    return out / 9
+
+
+def _cntk_gap(x1: np.ndarray, x2: np.ndarray, depth: int, w: float, b: float) -> np.ndarray:
+    """CNTK of depth x [Conv 3x3 SAME, Relu] + GlobalAvgPool + Dense on one-channel images
+    (n, h, w), naively over the full spatial covariance of every pair (Arora et al. 2019)."""
+    out = np.empty((x1.shape[0], x2.shape[0]))
+    q2_all = _window_mean(x2**2, pair=False)
+    for i, image in enumerate(x1):
+        cov = image[None, :, :, None, None] * x2[:, None, None, :, :]  # (n2, h, w, h, w)
+        k = w**2 * _window_mean(cov, pair=True) + b**2
+        q1 = w**2 * _window_mean(image[None] ** 2, pair=False)[0] + b**2  # (h, w)
+        q2 = w**2 * q2_all + b**2  # (n2, h, w)
+        ntk = k
+        for layer in range(depth):
+            k, kdot = _relu(k, q1[None, :, :, None, None], q2[:, None, None, :, :])
+            ntk = ntk * kdot
+            if layer < depth - 1:
+                k = w**2 * _window_mean(k, pair=True) + b**2
+                ntk = w**2 * _window_mean(ntk, pair=True) + k
+                q1 = w**2 * _window_mean(q1[None] / 2, pair=False)[0] + b**2
+                q2 = w**2 * _window_mean(q2 / 2, pair=False) + b**2
+        k_pool, ntk_pool = k.mean(axis=(1, 2, 3, 4)), ntk.mean(axis=(1, 2, 3, 4))
+        out[i] = w**2 * ntk_pool + (w**2 * k_pool + b**2)
+    return out
+
+
+def _ridge_predictions(
+    k_train: np.ndarray, k_test: np.ndarray, y_train: np.ndarray, classes: int, ridge: float
+) -> np.ndarray:
+    targets = np.eye(classes)[y_train] - 1.0 / classes
+    reg = ridge * np.mean(np.diag(k_train))
+    alpha = np.linalg.solve(k_train + reg * np.eye(len(k_train)), targets)
+    return (k_test @ alpha).argmax(axis=1)
+
+
+def test_tiny_run_accuracies_match_numpy_kernels(tiny: RunResult) -> None:
+    config = CntkVsCnnConfig.model_validate(tiny.config)
+    metrics = {m.name: m.value for m in tiny.metrics}
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    digits = load_digits(images=True, dtype=torch.float64)
+    x = digits.x.numpy().reshape(len(digits), 8, 8)[arrays["indices"]]  # one channel
+    labels = digits.labels.numpy()[arrays["indices"]]
+    n = config.n_train
+    x_train, x_test, y_train, y_test = x[:n], x[n:], labels[:n], labels[n:]
+    np.testing.assert_array_equal(arrays["y_test"], y_test)
+    classes = int(labels.max()) + 1
+    flat_train, flat_test = x_train.reshape(n, -1), x_test.reshape(len(x_test), -1)
+    args = (config.depth, config.w_std, config.b_std)
+    references = {
+        "mlp_ntk": (
+            _mlp_ntk(flat_train, flat_train, *args),
+            _mlp_ntk(flat_test, flat_train, *args),
+        ),
+        "cntk_gap": (_cntk_gap(x_train, x_train, *args), _cntk_gap(x_test, x_train, *args)),
+    }
+    predictions = arrays["predictions"]
+    for name, (k_train, k_test) in references.items():
+        expected = _ridge_predictions(k_train, k_test, y_train, classes, config.ridge)
+        got = predictions[MODELS.index(name)]
+        # float32 kernels in the run, float64 here: a near-tie may flip, at most 2 of 40
+        assert (got != expected).sum() <= 2, name
+        accuracy = float((expected == y_test).mean())
+        assert abs(metrics[f"{name}_accuracy"] - accuracy) <= 2 / len(y_test), name
+    # every recorded accuracy is the fraction of its recorded predictions that are right
+    for i, name in enumerate(MODELS):
+        right = float((predictions[i] == y_test).mean())
+        assert metrics[f"{name}_accuracy"] == pytest.approx(right, abs=1e-12)
+        assert arrays["accuracies"][i] == pytest.approx(right, abs=1e-12)
+    # chance is 0.1 on 10 classes: the kernels do far better even on 40 images
+    assert metrics["cntk_gap_accuracy"] > 0.3 and metrics["mlp_ntk_accuracy"] > 0.3
+
+
+def test_tiny_run_records_the_cnn_training(tiny: RunResult) -> None:
+    config = CntkVsCnnConfig.model_validate(tiny.config)
+    metrics = {m.name: m.value for m in tiny.metrics}
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    np.testing.assert_array_equal(arrays["cnn_loss_steps"], np.arange(config.cnn_steps + 1))
+    losses = arrays["cnn_losses"]
+    assert losses.shape == (config.cnn_steps + 1,) and losses[-1] < losses[0]
+    assert metrics["cnn_final_train_loss"] == pytest.approx(float(losses[-1]), rel=1e-12)
+    assert (tiny.run_dir / "cntk_vs_cnn.png").exists()
+
+
+def test_numpy_cntk_matches_the_library_kernel() -> None:
+    """The reference of the tiny-run test against ``cnn_architecture(...).kernel``."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 1, 6, 6, dtype=torch.float64, generator=gen)
+    x[:, :, 0, :] = 0.0  # a constant pixel row, as the digits' border
+    for b_std in (0.0, 0.3):
+        expected = cnn_architecture(2, 1.4, b_std, pool=True).kernel(x).ntk.numpy()
+        got = _cntk_gap(x[:, 0].numpy(), x[:, 0].numpy(), 2, 1.4, b_std)
+        # arccos near 1 turns rounding into sqrt(eps) on the diagonal: 1e-8, not 1e-15
+        np.testing.assert_allclose(got, expected, rtol=1e-8)
+
+
+# --- helpers -------------------------------------------------------------------------------
 
 
 def test_kernel_regression_matches_a_direct_solve() -> None:
@@ -45,5 +256,6 @@ def test_kernel_regression_matches_a_direct_solve() -> None:
 
 
 def test_experiment_is_registered_with_three_scales() -> None:
-    exp = get_experiment("cntk-vs-cnn")
+    exp = get_experiment(NAME)
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
+    assert exp.legacy_run is None and exp.measure is not None

@@ -1,82 +1,179 @@
-"""E1 ``gp-convergence``: trained one-hidden-layer networks converge in law to a Gaussian
-process as the width grows (seed 004, arXiv:2509.24544).
+r"""E1 ``gp-convergence``: trained one-hidden-layer networks converge in law to a Gaussian
+process as the width grows (Mosig, Agazzi & Trevisan 2025, arXiv:2509.24544).
 
-Claim (CLAIMS.md E1): for :math:`f(x) = n_1^{-1/2} \\phi(x W / \\sqrt{n_0})\\, v`, all weights
+Claim: for :math:`f(x) = n_1^{-1/2} \phi(x W / \sqrt{n_0})\, v`, all weights
 :math:`N(0, 1)`, no bias, trained by gradient descent on the summed squared loss, the law of
-:math:`f_t(x)` over initializations approaches the Gaussian :math:`\\mathcal{G}_t(x)` of the
-analytic NNGP/NTK with :math:`W_2^2(f_t(x), \\mathcal{G}_t(x)) = O(\\log n_1 / n_1)` (an upper
+:math:`f_t(x)` over initializations approaches the Gaussian :math:`\mathcal{G}_t(x)` of the
+analytic NNGP/NTK with :math:`W_2^2(f_t(x), \mathcal{G}_t(x)) = O(\log n_1 / n_1)` (an upper
 bound). Measured here:
 
-1. data: ``n_train`` inputs uniform on the sphere of radius :math:`\\sqrt{n_0}` (pre-activations
-   of unit variance), targets :math:`y = \\sin(\\tfrac32 \\langle x, u\\rangle)` for a random
+1. data: ``n_train`` inputs uniform on the sphere of radius :math:`\sqrt{n_0}` (pre-activations
+   of unit variance), targets :math:`y = \sin(\tfrac32 \langle x, u\rangle)` for a random
    unit :math:`u`, and one test input on the same sphere;
-2. for :math:`\\phi \\in \\{\\tanh, \\mathrm{erf}, \\mathrm{sigmoid}\\}` and each width
+2. for :math:`\phi \in \{\tanh, \mathrm{erf}, \mathrm{sigmoid}\}` and each width
    :math:`n_1`, :math:`M` networks ``serial(Dense(1, None), phi, Dense(1, None))`` (NTK
    parameterization) trained together by :func:`ntklab.nets.train_ensemble`, full-batch GD
-   with ``normalization="sum"`` and step :math:`\\eta` up to gradient-flow time :math:`t`;
-3. :math:`\\mathcal{G}_t(x)` of gradient flow from :func:`ntklab.dynamics.ensemble_dynamics`
+   with ``normalization="sum"`` and step :math:`\eta` up to gradient-flow time :math:`t`;
+3. :math:`\mathcal{G}_t(x)` of gradient flow from :func:`ntklab.dynamics.ensemble_dynamics`
    (mean and variance at the test input); the discretization error of the step is the exact
    :math:`W_2^2` between the Gaussian of discrete GD (closed form, ``schedule="gd"``) and that
    of the flow, and must lie below every resolved distance;
-4. :math:`W_2^2` of the :math:`M` outputs to :math:`\\mathcal{G}_t(x)`, minus the Monte Carlo
+4. :math:`W_2^2` of the :math:`M` outputs to :math:`\mathcal{G}_t(x)`, minus the Monte Carlo
    floor of :math:`M` samples (:func:`ntklab.analysis.debiased_w2_to_normal`, bootstrap
    uncertainty); a width is *resolved* when its debiased distance exceeds ``resolve_sigmas``
    standard errors, and the log-log slope is fitted over the resolved widths (below that the
    distance is indistinguishable from the floor, and its log is undefined or noise);
-5. verdict: for every activation and time, slope :math:`\\le -0.75` over at least two resolved
-   widths, and the discretization error below the smallest resolved distance. The slopes of
-   the variance error :math:`|\\hat\\sigma^2 - \\sigma_t^2|` (expected in [-1.25, -0.75]), of
-   the mean error, and of the distance to the discrete-GD Gaussian are reported.
+5. verdict (:func:`judge`): for every activation and time, slope :math:`\le`
+   :data:`SLOPE_MAX` over at least :data:`MIN_RESOLVED` resolved widths, and the
+   discretization error below the smallest resolved distance. The slopes of the variance
+   error :math:`|\hat\sigma^2 - \sigma_t^2|` (expected in :data:`VARIANCE_RANGE`), of the mean
+   error, and of the distance to the discrete-GD Gaussian are reported.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from itertools import pairwise
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from .. import kernels as nk
 from ..analysis import debiased_w2_to_normal, fit_power_law, w2_squared_gaussians
 from ..data import uniform_sphere
 from ..dynamics import Gaussian, ensemble_dynamics
+from ..errors import NtklabValueError
 from ..nets import ensemble, train_ensemble
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 
-__all__ = ["GpConvergenceConfig", "ResolvedSlope", "resolved_slope", "shallow_network"]
+__all__ = [
+    "MIN_RESOLVED",
+    "SLOPE_MAX",
+    "VARIANCE_RANGE",
+    "GpConvergenceConfig",
+    "ResolvedSlope",
+    "draw",
+    "judge",
+    "measure",
+    "resolved_slope",
+    "shallow_network",
+]
 
+#: The log-log slope of the debiased W2^2 in the width must be at most this (the bound
+#: log n1 / n1 has a local slope of about -0.9 over the widths used).
 SLOPE_MAX = -0.75
+#: The slope is fitted over at least this many resolved widths.
+MIN_RESOLVED = 2
+#: Expected slope of the variance error (reported, not judged).
 VARIANCE_RANGE = (-1.25, -0.75)
 ActivationName = Literal["tanh", "erf", "sigmoid"]
+#: Largest relative distance of ``time / learning_rate`` from an integer step count.
+_STEP_RTOL = 1e-6
+
+
+def _increasing(name: str, values: tuple[Any, ...]) -> None:
+    if any(b <= a for a, b in pairwise(values)):
+        raise NtklabValueError(
+            f"{name}: expected strictly increasing values, received {list(values)}"
+        )
 
 
 class GpConvergenceConfig(ExperimentConfig):
     """Grid of ``gp-convergence``.
 
-    ``learning_rate`` is the GD step (gradient-flow time ``t = learning_rate * steps``);
-    ``train_dtype`` the precision of the ensemble's training (the Gaussians are float64).
+    Parameters
+    ----------
+    activations : tuple of {"tanh", "erf", "sigmoid"}
+        Activations :math:`\\phi`, non-empty and distinct.
+    widths : tuple of int
+        Hidden widths :math:`n_1`, at least two, strictly increasing, each >= 1.
+    members : int
+        Networks :math:`M` per width (independent initializations), >= 2.
+    times : tuple of float
+        Gradient-flow times :math:`t > 0`, strictly increasing, each a whole number of steps
+        of ``learning_rate``.
+    learning_rate : float
+        The GD step :math:`\\eta > 0` (``t = learning_rate * steps``).
+    n_train : int
+        Training inputs, >= 1.
+    input_dim : int
+        Input dimension :math:`n_0`, >= 2.
+    floor_repeats, n_boot : int
+        Draws of the Monte Carlo floor and bootstrap resamples of each distance, each >= 2.
+    resolve_sigmas : float
+        A width is resolved when its debiased distance exceeds this many standard errors
+        (>= 0).
+    train_dtype : {"float32", "float64"}
+        Precision of the ensemble's training (the Gaussians are float64).
     """
 
-    activations: tuple[ActivationName, ...] = ("tanh", "erf", "sigmoid")
-    widths: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
-    members: int = 20_000
-    times: tuple[float, ...] = (10.0,)
-    learning_rate: float = 0.25
-    n_train: int = 8
-    input_dim: int = 4
-    floor_repeats: int = 200
-    n_boot: int = 100
-    resolve_sigmas: float = 2.0
+    activations: Annotated[tuple[ActivationName, ...], Field(min_length=1)] = (
+        "tanh",
+        "erf",
+        "sigmoid",
+    )
+    widths: Annotated[tuple[Count, ...], Field(min_length=2)] = (16, 32, 64, 128, 256, 512)
+    members: Annotated[int, Field(ge=2)] = 20_000
+    times: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] = (10.0,)
+    learning_rate: PositiveFloat = 0.25
+    n_train: Count = 8
+    input_dim: Annotated[int, Field(ge=2)] = 4
+    floor_repeats: Annotated[int, Field(ge=2)] = 200
+    n_boot: Annotated[int, Field(ge=2)] = 100
+    resolve_sigmas: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 2.0
     train_dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> GpConvergenceConfig:
+        if len(set(self.activations)) != len(self.activations):
+            raise NtklabValueError(
+                f"activations: expected distinct values, received {list(self.activations)}"
+            )
+        _increasing("widths", self.widths)
+        _increasing("times", self.times)
+        if len({_time_text(t) for t in self.times}) != len(self.times):
+            raise NtklabValueError(
+                "times: expected values distinct at 6 significant digits (they name the "
+                f"metrics), received {list(self.times)}"
+            )
+        for t in self.times:
+            steps = t / self.learning_rate
+            if round(steps) < 1 or abs(steps - round(steps)) > _STEP_RTOL * max(1.0, steps):
+                raise NtklabValueError(
+                    f"times: expected whole multiples (>= 1) of learning_rate = "
+                    f"{self.learning_rate:g}, received {t:g} ({steps:.6g} steps)"
+                )
+        return self
+
+
+def _time_text(t: float) -> str:
+    return f"{t:g}"
+
+
+def _tag(activation: str, t: float) -> str:
+    return f"{activation},t={_time_text(t)}"
 
 
 def shallow_network(activation: ActivationName) -> nk.Architecture:
-    """``serial(Dense(1, None), phi, Dense(1, None))``: seed 004's network in NTK
-    parameterization, :math:`f = n_1^{-1/2} \\phi(x W / \\sqrt{n_0}) v`."""
+    """``serial(Dense(1, None), phi, Dense(1, None))``: the network of Mosig, Agazzi &
+    Trevisan (2025) in NTK parameterization, :math:`f = n_1^{-1/2} \\phi(x W / \\sqrt{n_0}) v`."""
     phis: dict[str, nk.Activation] = {"tanh": nk.Tanh(), "erf": nk.Erf(), "sigmoid": nk.Sigmoid()}
     phi = phis[activation]
     return nk.serial(nk.Dense(1.0, None), phi, nk.Dense(1.0, None))
@@ -134,7 +231,9 @@ def _data(config: GpConvergenceConfig, gen: torch.Generator) -> tuple[Tensor, Te
     return x, y, x_test
 
 
-def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
+def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
+    """Train the ensembles of every activation and width, and measure their distance to
+    :math:`\\mathcal{G}_t(x)` at every time (arrays per ``{activation}_t{time index}``)."""
     x, y, x_test = _data(config, ctx.generator("data"))
     tdtype = torch.float32 if config.train_dtype == "float32" else torch.float64
     widths = np.array(config.widths, dtype=np.float64)
@@ -143,15 +242,11 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
     times = torch.tensor(config.times, dtype=torch.float64)
     metrics: list[Metric] = []
     notes: list[str] = []
-    arrays: dict[str, np.ndarray] = {"widths": widths}
-    verdicts: list[bool] = []
-    summaries: list[str] = []
-    fig = Figure(figsize=(5.0 * len(config.times) + 4.5, 4.2))
-    axes = fig.subplots(1, len(config.times) + 1)
+    arrays: dict[str, np.ndarray[Any, Any]] = {"widths": widths}
     jobs = len(config.activations) * len(config.widths)
     done = 0
     floor_scaled: list[float] = []
-    for a_index, name in enumerate(config.activations):
+    for name in config.activations:
         arch = shallow_network(name)
         flow = ensemble_dynamics(
             arch, x, y, learning_rate=1.0, schedule="flow", normalization="sum"
@@ -210,8 +305,9 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
             done += 1
             ctx.progress(done / jobs, f"{name}, width {width}")
         for j, t in enumerate(config.times):
-            tag = f"{name},t={t:g}"
+            tag = _tag(name, t)
             mu, sd = targets[j]
+            mu_gd, sd_gd = gd_targets[j]
             var_se = sd**2 * math.sqrt(2.0 / (config.members - 1))
             mean_se = sd / math.sqrt(config.members)
             fit = resolved_slope(widths, w2[j], w2_err[j], config.resolve_sigmas)
@@ -222,7 +318,6 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
             fit_mean = resolved_slope(
                 widths, mean_err[j], np.full(len(widths), mean_se), config.resolve_sigmas
             )
-            mu_gd, sd_gd = gd_targets[j]
             disc = float(
                 w2_squared_gaussians(
                     torch.tensor([mu_gd]),
@@ -231,14 +326,7 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
                     torch.tensor([[sd**2]]),
                 )
             )
-            smallest = min(
-                (float(w2[j, i]) for i, w in enumerate(config.widths) if w in fit.resolved),
-                default=math.nan,
-            )
-            disc_ok = math.isfinite(smallest) and disc < smallest
-            slope_ok = math.isfinite(fit.slope) and fit.slope <= SLOPE_MAX
-            verdicts.append(slope_ok and disc_ok)
-            resolved_text = ", ".join(str(w) for w in fit.resolved) or "none"
+            resolved = np.isin(widths, np.array(fit.resolved, dtype=np.float64))
             for label, f, predicted, note in (
                 ("w2_slope", fit, f"<= {SLOPE_MAX} (bound: log n1 / n1)", ""),
                 (
@@ -276,68 +364,38 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
                     notes.append(f"{label}[{tag}]: not fitted, resolved widths: {widths_text}")
             metrics += [
                 Metric(
+                    f"resolved_widths[{tag}]",
+                    len(fit.resolved),
+                    predicted=f">= {MIN_RESOLVED}",
+                    note=f"widths with W2^2 - floor > {config.resolve_sigmas:g} standard errors: "
+                    + (", ".join(map(str, fit.resolved)) or "none"),
+                ),
+                Metric(
                     f"discretization_w2[{tag}]",
                     disc,
-                    predicted=f"< smallest resolved distance {smallest:.3g}"
-                    if math.isfinite(smallest)
-                    else "< the resolved distances (none resolved)",
+                    predicted="< smallest_resolved_w2",
                     note=f"W2^2(GD Gaussian, flow Gaussian), step {eta:g}, {steps[j]} steps",
                 ),
-                Metric(f"gaussian_std[{tag}]", sd, note=f"G_t(x) mean {mu:.4f}"),
             ]
-            summaries.append(f"{name} t={t:g}: slope {fit.slope:.2f} over {resolved_text}")
+            if fit.resolved:
+                metrics.append(
+                    Metric(
+                        f"smallest_resolved_w2[{tag}]",
+                        float(w2[j][resolved].min()),
+                        note="smallest W2^2 - floor over the resolved widths",
+                    )
+                )
+            metrics.append(Metric(f"gaussian_std[{tag}]", sd, note=f"G_t(x) mean {mu:.4f}"))
             key = f"{name}_t{j}"
             arrays[f"w2_{key}"] = w2[j]
             arrays[f"w2_stderr_{key}"] = w2_err[j]
             arrays[f"w2_gd_{key}"] = w2_gd[j]
+            arrays[f"w2_gd_stderr_{key}"] = w2_gd_err[j]
+            arrays[f"resolved_{key}"] = resolved
             arrays[f"mean_error_{key}"] = mean_err[j]
             arrays[f"variance_error_{key}"] = var_err[j]
-            ax = axes[j]
-            color = f"C{a_index}"
-            upper = np.maximum(w2[j] + config.resolve_sigmas * w2_err[j], 1e-12)
-            ax.errorbar(
-                widths,
-                np.maximum(w2[j], 1e-12),
-                yerr=w2_err[j],
-                fmt="o",
-                color=color,
-                ms=4,
-                capsize=2,
-                label=f"{name}: slope {fit.slope:.2f}",
-            )
-            unresolved = np.array([w not in fit.resolved for w in config.widths])
-            ax.plot(widths[unresolved], upper[unresolved], "v", color=color, ms=5, alpha=0.6)
-            if len(fit.resolved) >= 2:
-                wr = np.array(fit.resolved, dtype=np.float64)
-                v0 = float(w2[j, list(config.widths).index(fit.resolved[0])])
-                ax.loglog(wr, v0 * (wr / wr[0]) ** fit.slope, "-", color=color, lw=1)
-                ax.loglog(wr, v0 * np.log(wr) / np.log(wr[0]) * wr[0] / wr, ":", color=color, lw=1)
-            ax.axhline(disc, color=color, ls="--", lw=0.7)
-            axes[-1].loglog(
-                widths,
-                np.maximum(var_err[j], 1e-12),
-                "o-",
-                color=color,
-                ms=3,
-                label=f"{name} t={t:g}: {fit_var.slope:.2f}",
-            )
-            axes[-1].axhline(config.resolve_sigmas * var_se, color=color, ls=":", lw=0.7)
-    for j, t in enumerate(config.times):
-        axes[j].set(
-            xscale="log",
-            yscale="log",
-            xlabel="width $n_1$",
-            ylabel=r"$W_2^2(f_t(x), G_t(x))$ - floor",
-            title=f"t = {t:g}, M = {config.members} (dotted: log n1/n1; v: unresolved, 2 se)",
-        )
-        axes[j].legend(fontsize=7)
-    axes[-1].set(
-        xlabel="width $n_1$",
-        ylabel=r"$|\hat\sigma^2 - \sigma_t^2|$",
-        title="variance error (dotted: 2 se)",
-    )
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
+            arrays[f"standard_errors_{key}"] = np.array([mean_se, var_se])
+            arrays[f"gaussians_{key}"] = np.array([mu, sd, mu_gd, sd_gd])
 
     floor_mean = float(np.mean(floor_scaled))
     metrics[:0] = [
@@ -355,18 +413,106 @@ def run(config: GpConvergenceConfig, ctx: RunContext) -> Outcome:
         f"with M = {config.members}; a width is resolved when the debiased distance exceeds "
         f"{config.resolve_sigmas:g} bootstrap standard errors"
     )
-    passed = all(verdicts)
-    summary = (
-        "; ".join(summaries) + f" (predicted <= {SLOPE_MAX}; bound log n1/n1, i.e. about -0.9)"
+    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=tuple(notes))
+
+
+def _value(metrics: Metrics, name: str) -> float:
+    """The metric's value, NaN when it is missing."""
+    metric = metrics.get(name)
+    return math.nan if metric is None else metric.value
+
+
+def judge(config: GpConvergenceConfig, metrics: Metrics) -> Judgement:
+    """For every activation and time: at least :data:`MIN_RESOLVED` resolved widths, the
+    slope of the debiased :math:`W_2^2` at most :data:`SLOPE_MAX`, and the discretization
+    error below the smallest resolved distance."""
+    checks: list[bool] = []
+    parts: list[str] = []
+    for name in config.activations:
+        for t in config.times:
+            tag = _tag(name, t)
+            resolved = _value(metrics, f"resolved_widths[{tag}]")
+            slope = _value(metrics, f"w2_slope[{tag}]")
+            disc = _value(metrics, f"discretization_w2[{tag}]")
+            smallest = _value(metrics, f"smallest_resolved_w2[{tag}]")
+            checks.append(resolved >= MIN_RESOLVED and slope <= SLOPE_MAX and disc < smallest)
+            parts.append(
+                f"{name} t={_time_text(t)}: slope {slope:.2f} over {resolved:.0f} resolved "
+                f"widths, discretization {disc:.2g} vs smallest resolved distance {smallest:.2g}"
+            )
+    summary = "; ".join(parts) + f" (predicted <= {SLOPE_MAX}; bound log n1/n1, about -0.9)"
+    criterion = (
+        f"for phi in {{{', '.join(config.activations)}}} at t = "
+        f"{', '.join(map(_time_text, config.times))}: the log-log slope in the width of "
+        f"W2^2(f_t(x), G_t(x)) minus the Monte Carlo floor of M = {config.members} samples is "
+        f"<= {SLOPE_MAX}, fitted over at least {MIN_RESOLVED} of the widths "
+        f"{', '.join(map(str, config.widths))} resolved above {config.resolve_sigmas:g} "
+        f"bootstrap standard errors; and the discretization error W2^2(GD Gaussian, flow "
+        f"Gaussian) at step {config.learning_rate:g} is below the smallest resolved distance"
     )
-    return Outcome(
-        metrics=tuple(metrics),
-        passed=passed,
-        summary=summary,
-        figures={"gp_convergence": fig},
-        arrays=arrays,
-        notes=tuple(notes),
+    return Judgement(passed=all(checks), summary=summary, criterion=criterion)
+
+
+def draw(
+    config: GpConvergenceConfig, metrics: Metrics, arrays: Mapping[str, np.ndarray[Any, Any]]
+) -> dict[str, Figure]:
+    """One log-log panel of debiased distances per time, one of variance errors."""
+    widths = arrays["widths"]
+    fig = Figure(figsize=(5.0 * len(config.times) + 4.5, 4.2))
+    axes = fig.subplots(1, len(config.times) + 1)
+    for a_index, name in enumerate(config.activations):
+        color = f"C{a_index}"
+        for j, t in enumerate(config.times):
+            tag, key = _tag(name, t), f"{name}_t{j}"
+            w2, w2_err = arrays[f"w2_{key}"], arrays[f"w2_stderr_{key}"]
+            resolved = arrays[f"resolved_{key}"].astype(bool)
+            slope = _value(metrics, f"w2_slope[{tag}]")
+            ax = axes[j]
+            upper = np.maximum(w2 + config.resolve_sigmas * w2_err, 1e-12)
+            ax.errorbar(
+                widths,
+                np.maximum(w2, 1e-12),
+                yerr=w2_err,
+                fmt="o",
+                color=color,
+                ms=4,
+                capsize=2,
+                label=f"{name}: slope {slope:.2f}",
+            )
+            ax.plot(widths[~resolved], upper[~resolved], "v", color=color, ms=5, alpha=0.6)
+            if resolved.sum() >= 2 and math.isfinite(slope):
+                wr, v0 = widths[resolved], float(w2[resolved][0])
+                ax.loglog(wr, v0 * (wr / wr[0]) ** slope, "-", color=color, lw=1)
+                ax.loglog(wr, v0 * np.log(wr) / np.log(wr[0]) * wr[0] / wr, ":", color=color, lw=1)
+            ax.axhline(_value(metrics, f"discretization_w2[{tag}]"), color=color, ls="--", lw=0.7)
+            var_slope = _value(metrics, f"variance_error_slope[{tag}]")
+            axes[-1].loglog(
+                widths,
+                np.maximum(arrays[f"variance_error_{key}"], 1e-12),
+                "o-",
+                color=color,
+                ms=3,
+                label=f"{name} t={_time_text(t)}: {var_slope:.2f}",
+            )
+            var_se = float(arrays[f"standard_errors_{key}"][1])
+            axes[-1].axhline(config.resolve_sigmas * var_se, color=color, ls=":", lw=0.7)
+    for j, t in enumerate(config.times):
+        axes[j].set(
+            xscale="log",
+            yscale="log",
+            xlabel="width $n_1$",
+            ylabel=r"$W_2^2(f_t(x), G_t(x))$ - floor",
+            title=f"t = {t:g}, M = {config.members} (dotted: log n1/n1; v: unresolved, 2 se)",
+        )
+        axes[j].legend(fontsize=7)
+    axes[-1].set(
+        xlabel="width $n_1$",
+        ylabel=r"$|\hat\sigma^2 - \sigma_t^2|$",
+        title="variance error (dotted: 2 se)",
     )
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return {"gp_convergence": fig}
 
 
 EXPERIMENT = register(
@@ -389,7 +535,7 @@ EXPERIMENT = register(
         scales={
             "tiny": {
                 "activations": ("tanh",),
-                "widths": (8, 16, 32),
+                "widths": (4, 8, 16),
                 "members": 2000,
                 "learning_rate": 0.1,
                 "times": (1.0,),
@@ -404,6 +550,8 @@ EXPERIMENT = register(
                 "learning_rate": 0.1,
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )
