@@ -70,6 +70,15 @@ ForceOption = Annotated[
     bool,
     typer.Option("--force", help="Rerun even if a run with the same config and code exists."),
 ]
+CommitOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--commit-to",
+        metavar="RESULTS",
+        help="Also copy each finished quick or paper result to RESULTS/<scale>/<name>.json "
+        "(the committed results that `ntklab table` tables).",
+    ),
+]
 ReuseAnyOption = Annotated[
     bool,
     typer.Option(
@@ -384,6 +393,7 @@ def run_command(
     reuse_any: ReuseAnyOption = False,
     scheduler: SchedulerOption = None,
     workers: WorkersOption = None,
+    commit_to: CommitOption = None,
 ) -> None:
     """Run one experiment; print its verdict, metrics, run key and run folder, and write its
     report (report.html, report.md) in the run folder."""
@@ -454,12 +464,56 @@ def run_command(
     except OSError as exc:
         _stderr().print(Text(f"error: could not write the report of {name}: {exc}", style="red"))
         report_written = False
+    if commit_to is not None:
+        _commit(result, commit_to, console)
     if result.verdict in _BAD_VERDICTS:
         _stderr().print(
             _verdict_text(result.verdict) + Text(f" {result.experiment}: {_reason(result)}")
         )
     if result.verdict in _BAD_VERDICTS or not report_written:
         raise typer.Exit(1)
+
+
+def _commit(result: RunResult, root: Path, console: Console) -> None:
+    """Copy a judged result to ``root/<scale>/<name>.json`` (smoke and ERROR runs are not)."""
+    from ntklab.report.claims import commit_result
+
+    if result.verdict not in ("PASS", "FAIL") or result.scale not in ("quick", "paper"):
+        console.print(Text(f"not committed ({result.verdict} at scale {result.scale})"))
+        return
+    console.print(Text(f"committed: {commit_result(result, root)}"))
+
+
+@app.command("table")
+def table_command(
+    results: Annotated[
+        Path, typer.Argument(help="Folder of committed results (quick/ and paper/).")
+    ] = Path("results"),
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            metavar="FILE",
+            help="Replace the generated block of FILE (the README) instead of printing.",
+        ),
+    ] = None,
+) -> None:
+    """Print the claims table made from the committed results (Markdown), or write it into
+    FILE between its claims-table markers."""
+    from ntklab.report.claims import claims_table, replace_table
+
+    try:
+        table = claims_table(results)
+        if write is None:
+            sys.stdout.write(table)
+            return
+        text = replace_table(write.read_text(encoding="utf-8"), table)
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    except OSError as exc:
+        _usage_error(f"--write: cannot read {str(write)!r} ({exc.strerror or exc})")
+    write.write_text(text, encoding="utf-8")
+    _stdout().print(Text(f"claims table written to {write}"))
 
 
 def _select(only: Sequence[str]) -> list[Experiment]:
@@ -500,6 +554,7 @@ def reproduce_command(
     ] = None,
     scheduler: SchedulerOption = None,
     workers: WorkersOption = None,
+    commit_to: CommitOption = None,
 ) -> None:
     """Run every registered experiment, then write report.md and report.html in --out.
 
@@ -554,6 +609,8 @@ def reproduce_command(
                     results.append(result)
                     if result.verdict in _BAD_VERDICTS:
                         problems.append(f"{result.verdict} {result.experiment}: {_reason(result)}")
+                    if commit_to is not None:
+                        _commit(result, commit_to, progress.console)
                 progress.remove_task(task)
                 progress.advance(overall)
 

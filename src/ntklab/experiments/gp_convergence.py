@@ -531,6 +531,9 @@ EXPERIMENT = register(
             "resolved above the floor), for phi in {tanh, erf, sigmoid}; the step's "
             "discretization error is below the distances measured"
         ),
+        reported="W2^2(f_t, G_t) = O(log n1 / n1): slope about -0.9 or steeper",
+        headline=("w2_slope[tanh,t=10]", "w2_slope[erf,t=10]", "w2_slope[sigmoid,t=10]"),
+        dataset="synthetic: fixed inputs, M networks per width",
         config_type=GpConvergenceConfig,
         scales={
             "tiny": {

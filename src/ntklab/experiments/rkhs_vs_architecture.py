@@ -507,6 +507,12 @@ EXPERIMENT = register(
             "2^(L-1) peaks and a parameter count linear in L; the fitted growth factor of the "
             "squared RKHS norm per level over L >= 4 lies in [3.6, 4.4] at every NTK depth"
         ),
+        reported=(
+            "NTK RKHS norm equivalent to H^1 on S^1; the tent map s_L's squared RKHS norm grows "
+            "as 4^L"
+        ),
+        headline=("equivalence_slope_max_abs", "rkhs_growth_min", "rkhs_growth_max"),
+        dataset="synthetic: trigonometric polynomials and tent maps on S^1",
         config_type=RkhsVsArchitectureConfig,
         scales={
             "tiny": {

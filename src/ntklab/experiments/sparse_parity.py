@@ -407,6 +407,12 @@ EXPERIMENT = register(
             "network's averaged over its last evaluations; geometric mean over seeds) >= 1e3 "
             "(quick) / 1e4 (paper), and NTK test MSE >= 0.9 Var(y)"
         ),
+        reported=(
+            "SGD-trained network reaches 10^4-10^6 x lower test MSE than NTK regression on a "
+            "sparse parity (Barak et al. 2022)"
+        ),
+        headline=("mse_ratio[n=1000]", "ntk_mse_over_var[n=1000]"),
+        dataset="synthetic: 3-sparse parity on {-1,1}^20",
         config_type=SparseParityConfig,
         scales={
             "tiny": {

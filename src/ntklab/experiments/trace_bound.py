@@ -456,6 +456,16 @@ EXPERIMENT = register(
             "is within a factor 3 of it from f_0 = 0 (factor 5 from the random init), and "
             "the lambda_min bound still predicts at least 0.5 of the initial loss"
         ),
+        reported=(
+            "trace prediction c tr[(I - eta K)^2t K] tracks the loss; the lambda_min bound is loose"
+        ),
+        headline=(
+            "linear_model_relative_error",
+            "trace_over_actual[mlp,zero]",
+            "trace_over_actual[cnn,zero]",
+            "lambda_min_bound_fraction[mlp,zero]",
+        ),
+        dataset="scikit-learn digits (8x8)",
         config_type=TraceBoundConfig,
         scales={
             "tiny": {
