@@ -11,7 +11,13 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from . import analysis, data, dynamics, empirical, nets, predict, solvers
-from .errors import NtklabError, NtklabTypeError, NtklabValueError, NumericalWarning
+from .errors import (
+    ConvergenceWarning,
+    NtklabError,
+    NtklabTypeError,
+    NtklabValueError,
+    NumericalWarning,
+)
 from .kernels import (
     Abs,
     Architecture,
@@ -50,6 +56,7 @@ __all__ = [
     "Architecture",
     "AvgPool",
     "Conv",
+    "ConvergenceWarning",
     "Cos",
     "Dense",
     "Dropout",

@@ -7,7 +7,13 @@ can catch either. The message names the argument, what was expected and what was
 
 from __future__ import annotations
 
-__all__ = ["NtklabError", "NtklabTypeError", "NtklabValueError", "NumericalWarning"]
+__all__ = [
+    "ConvergenceWarning",
+    "NtklabError",
+    "NtklabTypeError",
+    "NtklabValueError",
+    "NumericalWarning",
+]
 
 
 class NtklabError(Exception):
@@ -24,3 +30,11 @@ class NtklabTypeError(NtklabError, TypeError):
 
 class NumericalWarning(RuntimeWarning):
     """Numerics needed a repair (clamping, jitter) beyond ordinary rounding."""
+
+
+class ConvergenceWarning(NumericalWarning):
+    """An iterative solver stopped at its iteration limit before reaching its tolerance.
+
+    The message names the iterations done and the relative residual reached; the result is
+    returned (with ``converged=False``) but does not meet the requested tolerance.
+    """

@@ -105,7 +105,7 @@ def test_load_digits_against_scikit_learn() -> None:
     )
     assert bool((ds.x[:, torch.from_numpy(~varying)] == 0).all())
     binary = load_digits(binary=True, images=True, dtype=torch.float32)
-    assert binary.x.shape == (1797, 8, 8, 1) and binary.x.dtype == torch.float32
+    assert binary.x.shape == (1797, 1, 8, 8) and binary.x.dtype == torch.float32
     torch.testing.assert_close(binary.labels, torch.from_numpy(bunch.target % 2).long())
     y = binary.targets("binary")
     assert set(y.tolist()) == {-1.0, 1.0}
@@ -146,8 +146,8 @@ def test_load_mnist_reads_idx_files(tmp_path: Path, compress: bool) -> None:
     arrays = make_mnist(tmp_path, np.random.default_rng(0), compress=compress)
     raw = load_mnist(tmp_path, "test", standardize=False, dtype=F64)
     images, labels = arrays["test"]
-    assert raw.x.shape == (3, 5, 4, 1) and raw.name == "mnist-test"
-    torch.testing.assert_close(raw.x[..., 0], torch.from_numpy(images / 255.0))
+    assert raw.x.shape == (3, 1, 5, 4) and raw.name == "mnist-test"  # NCHW
+    torch.testing.assert_close(raw.x[:, 0], torch.from_numpy(images / 255.0))
     torch.testing.assert_close(raw.labels, torch.from_numpy(labels).long())
     train = load_mnist(tmp_path, dtype=F64)
     assert float(train.x.mean()) == pytest.approx(0.0, abs=1e-12)
@@ -156,7 +156,7 @@ def test_load_mnist_reads_idx_files(tmp_path: Path, compress: bool) -> None:
     scaled = arrays["train"][0] / 255.0
     expected = (images / 255.0 - scaled.mean()) / scaled.std()
     test = load_mnist(tmp_path, "test", dtype=F64)
-    torch.testing.assert_close(test.x[..., 0], torch.from_numpy(expected))
+    torch.testing.assert_close(test.x[:, 0], torch.from_numpy(expected))
     assert load_mnist(tmp_path).x.dtype == torch.float32
 
 
@@ -210,21 +210,21 @@ def test_load_cifar10_reads_batches(tmp_path: Path) -> None:
     batches = make_cifar(tmp_path / "cifar-10-batches-py", np.random.default_rng(0))
     raw = load_cifar10(tmp_path, "test", standardize=False, dtype=F64)
     data, labels = batches["test_batch"]
-    assert raw.x.shape == (2, 32, 32, 3) and raw.name == "cifar10-test"
+    assert raw.x.shape == (2, 3, 32, 32) and raw.name == "cifar10-test"  # NCHW
     # Row layout: 1024 red, then green, then blue values, each plane row-major.
     for i, c, h, w in [(0, 0, 0, 0), (1, 2, 31, 5), (0, 1, 7, 30)]:
-        assert float(raw.x[i, h, w, c]) * 255 == pytest.approx(data[i, c * 1024 + h * 32 + w])
+        assert float(raw.x[i, c, h, w]) * 255 == pytest.approx(data[i, c * 1024 + h * 32 + w])
     torch.testing.assert_close(raw.labels, torch.tensor(labels))
     train = load_cifar10(tmp_path, dtype=F64)
     assert len(train) == 15
-    flat = train.x.reshape(-1, 3)
-    torch.testing.assert_close(flat.mean(0), torch.zeros(3, dtype=F64), rtol=0, atol=1e-12)
-    torch.testing.assert_close(flat.std(0, unbiased=False), torch.ones(3, dtype=F64))
+    per_channel = train.x.transpose(0, 1).reshape(3, -1)
+    torch.testing.assert_close(per_channel.mean(1), torch.zeros(3, dtype=F64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(per_channel.std(1, unbiased=False), torch.ones(3, dtype=F64))
     train_pixels = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)])
     planes = train_pixels.reshape(-1, 3, 1024).transpose(1, 0, 2).reshape(3, -1) / 255.0
     mean, std = planes.mean(1), planes.std(1)
     test = load_cifar10(tmp_path / "cifar-10-batches-py", "test", dtype=F64)
-    expected = (raw.x.numpy() - mean) / std
+    expected = (raw.x.numpy() - mean[:, None, None]) / std[:, None, None]
     torch.testing.assert_close(test.x, torch.from_numpy(expected))
     assert train.flatten().x.shape == (15, 3072)
 
@@ -255,3 +255,23 @@ def test_load_cifar10_errors(tmp_path: Path) -> None:
     (tmp_path / "data_batch_3").write_bytes(pickle.dumps({b"labels": [0, 1]}))
     with pytest.raises(NtklabValueError, match="the keys 'data' and 'labels'"):
         load_cifar10(tmp_path)
+
+
+def test_image_loaders_are_channels_first_for_conv_kernels(tmp_path: Path) -> None:
+    """The loaders' images go into a convolutional architecture as they are (NCHW); before
+    they were NHWC, which the conv kernels now refuse (and used to run as 28 channels)."""
+    import ntklab as nl
+
+    make_mnist(tmp_path / "mnist", np.random.default_rng(3))
+    make_cifar(tmp_path / "cifar", np.random.default_rng(4))
+    batches = {
+        "digits": load_digits(images=True).x[:3],
+        "mnist": load_mnist(tmp_path / "mnist", dtype=F64).x[:3],
+        "cifar10": load_cifar10(tmp_path / "cifar", dtype=F64).x[:3],
+    }
+    channels = {"digits": 1, "mnist": 1, "cifar10": 3}
+    cnn = nl.serial(nl.kernels.Conv((3, 3), w_std=1.4), nl.Relu(), nl.kernels.GlobalAvgPool())
+    for name, x in batches.items():
+        assert x.shape[1] == channels[name], name
+        k = nl.serial(cnn, nl.Dense(1.0)).kernel(x)
+        assert bool(torch.isfinite(k.ntk).all())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -152,3 +153,27 @@ def test_elementwise_rejects_bad_functions() -> None:
         nl.Elementwise(torch.tanh, "tanh", degree=0)
     with pytest.raises(NtklabValueError, match="alpha"):
         nl.LeakyRelu(float("nan"))
+
+
+@pytest.mark.parametrize("fn", [torch.log, torch.sqrt, torch.log1p])
+def test_elementwise_refuses_functions_not_finite_on_the_quadrature_grid(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+) -> None:
+    """Before, ``Elementwise(torch.log)`` was accepted and gave an all-NaN kernel."""
+    name = getattr(fn, "__name__", "")
+    with pytest.raises(
+        NtklabValueError,
+        match=rf"Gaussian quadrature grid, got fn = nan at x = -[0-9.e-]+ for {name} \(",
+    ):
+        nl.Elementwise(fn)
+
+
+def test_elementwise_refuses_a_nan_derivative_and_names_a_lambda() -> None:
+    """``where(t > 0, sqrt(t), 0)`` is finite, but its autograd derivative is NaN for t < 0
+    (0 times the NaN slope of sqrt there): its NTK would be NaN."""
+    nl.Elementwise(lambda t: t.abs().sqrt(), "sqrt-abs")  # finite on the grid, derivative too
+    with pytest.raises(
+        NtklabValueError,
+        match=r"the derivative of fn \(by autograd\) = nan at x = -.* for <lambda> \(name 'rs'",
+    ):
+        nl.Elementwise(lambda t: torch.where(t > 0, t.sqrt(), 0.0), "rs")

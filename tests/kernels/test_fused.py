@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 import ntklab as nl
-from ntklab.errors import NtklabValueError, NumericalWarning
+from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ntklab.kernels import _fused
 from ntklab.kernels.kernel import Kernel, KernelState
 from ntklab.kernels.layers import Layer
@@ -226,7 +226,8 @@ def test_autograd_and_unsupported_inputs_stay_eager(calls: list[int]) -> None:
     x = torch.randn(6, 3, dtype=F64, requires_grad=True)
     arch.kernel(x).ntk.sum().backward()
     assert x.grad is not None and not calls
-    arch.kernel(torch.randn(6, 3, dtype=torch.bfloat16))
+    with pytest.raises(NtklabTypeError, match="float32 or float64"):  # half precision refused
+        arch.kernel(torch.randn(6, 3, dtype=torch.bfloat16))
     assert not calls
     with torch.no_grad():
         arch.kernel(x)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse.linalg as sla
 import torch
 from torch.testing import assert_close
 
-from ntklab.errors import NtklabValueError
+from ntklab.errors import ConvergenceWarning, NtklabValueError, NumericalWarning
 from ntklab.solvers import conjugate_gradient, kernel_operator, predict, solve
 
 RIDGE = 0.05
@@ -38,7 +40,8 @@ def test_cg_matches_scipy_cg_iterates(relu_arch, xy) -> None:  # type: ignore[no
     rounding makes any two CG codes drift apart on this conditioning)."""
     x, y = xy
     k = relu_arch.kernel(x).ntk + RIDGE * torch.eye(240, dtype=torch.float64)
-    ours = conjugate_gradient(lambda v: k @ v, y[:, :1], tol=0.0, max_iter=8)
+    with pytest.warns(ConvergenceWarning, match="max_iter = 8"):  # tol=0 is never reached
+        ours = conjugate_gradient(lambda v: k @ v, y[:, :1], tol=0.0, max_iter=8)
     ref, _ = sla.cg(k.numpy(), y[:, 0].numpy(), rtol=0.0, atol=0.0, maxiter=8)
     assert_close(ours.solution[:, 0], torch.from_numpy(np.asarray(ref)), rtol=1e-8, atol=1e-10)
 
@@ -77,3 +80,61 @@ def test_bad_input(relu_arch, xy) -> None:  # type: ignore[no-untyped-def]
         solve(op, y[:10], RIDGE)
     with pytest.raises(NtklabValueError, match="symmetric"):
         solve(op.cross(x[:5]), y, RIDGE)
+
+
+# ---------------------------------------------------------------------------------------------
+# no silent failure: indefinite operators and exhausted iterations
+
+
+def _indefinite(n: int = 30) -> torch.Tensor:
+    """A symmetric matrix with eigenvalues 1..n/2 and -1..-n/2 in a random basis."""
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(3)).double())
+    half = torch.arange(1, n // 2 + 1, dtype=torch.float64)
+    return q @ torch.diag(torch.cat([half, -half])) @ q.T
+
+
+def test_cg_raises_on_an_indefinite_operator() -> None:
+    """Before, CG stepped over p^T A p <= 0 with alpha = 0 and returned zeros with
+    converged=False and no word; now it names the curvature and the iteration."""
+    a = _indefinite()
+    b = torch.ones(30, 1, dtype=torch.float64)
+    with pytest.raises(NtklabValueError, match=r"not positive definite") as info:
+        conjugate_gradient(lambda v: a @ v, b, max_iter=100)
+    message = str(info.value)
+    assert "curvature p^T A p = " in message and "at CG iteration " in message
+    # the reported curvature is really <= 0 (and at the iteration it names)
+    curvature = float(message.split("curvature p^T A p = ")[1].split(" ")[0])
+    assert curvature <= 0
+    # the smallest case: diag(1, -1) and b = (1, 1) has p^T A p = 0 at the first step
+    d = torch.diag(torch.tensor([1.0, -1.0], dtype=torch.float64))
+    with pytest.raises(NtklabValueError, match=r"= 0\.000e\+00 <= 0 .* iteration 0"):
+        solve(d, torch.ones(2, dtype=torch.float64), 0.0, method="cg", preconditioner="none")
+
+
+def test_solve_cg_refuses_a_negative_diagonal() -> None:
+    d = torch.diag(torch.tensor([1.0, -1.0], dtype=torch.float64))
+    with pytest.raises(NtklabValueError, match=r"negative diagonal entry .* -1 at i = 1"):
+        solve(d, torch.ones(2, dtype=torch.float64), 0.0, method="cg")
+
+
+def test_cg_warns_when_max_iter_runs_out(relu_arch, xy) -> None:  # type: ignore[no-untyped-def]
+    x, y = xy
+    op = kernel_operator(relu_arch, x)
+    with pytest.warns(ConvergenceWarning, match=r"max_iter = 3 .* relative residual") as rec:
+        res = solve(op, y, 1e-6, method="cg", tol=1e-12, max_iter=3)
+    assert not res.converged and res.iterations == 3
+    # the residual in the message is the one in the history
+    assert f"{float(res.residuals[-1]):.3e}" in str(rec[0].message)
+    assert issubclass(ConvergenceWarning, NumericalWarning)
+    # a solve that converges says nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert solve(op, y, RIDGE, method="cg", tol=1e-10).converged
+
+
+def test_nystrom_warns_when_max_iter_runs_out(relu_arch, xy) -> None:  # type: ignore[no-untyped-def]
+    x, y = xy
+    op = kernel_operator(relu_arch, x)
+    with pytest.warns(ConvergenceWarning, match="max_iter = 2"):
+        res = solve(op, y, 1e-6, method="nystrom", n_centres=60, tol=1e-14, max_iter=2)
+    assert not res.converged

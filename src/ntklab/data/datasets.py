@@ -4,6 +4,10 @@ Nothing is ever downloaded. MNIST and CIFAR-10 are read from a local folder in t
 distribution formats; a missing or malformed folder raises
 :class:`~ntklab.errors.NtklabValueError` naming the path and the files expected there.
 
+Layout. Images are torch's channels-first batches ``(n, C, H, W)`` (NCHW), ready for
+:class:`ntklab.kernels.Conv` and ``nn.Conv2d`` without a permute (neural-tangents and
+TensorFlow use channels-last NHWC; ``x.permute(0, 2, 3, 1)`` gives that).
+
 Standardization. Images are scaled to [0, 1] and then, with ``standardize=True``, shifted and
 scaled per channel by the mean and standard deviation of *all training pixels* of that channel
 (the train split's statistics, also for the test split, so both live on the same scale and no
@@ -48,7 +52,8 @@ class Dataset:
     Attributes
     ----------
     x : Tensor of shape (n, ...)
-        Real floating inputs: ``(n, features)`` or images ``(n, H, W, C)`` (NHWC).
+        Real floating inputs: ``(n, features)`` or images ``(n, C, H, W)`` (NCHW, torch's
+        layout, what :class:`ntklab.kernels.Conv` and ``nn.Conv2d`` take).
     labels : Tensor of shape (n,)
         ``int64`` class indices in ``[0, num_classes)``.
     num_classes : int
@@ -207,7 +212,7 @@ def load_digits(
         Two classes: label 0 for even digits (0, 2, 4, 6, 8), 1 for odd digits (1, 3, 5, 7,
         9), 898 / 899 images; ``targets("binary")`` gives -1 (even) / +1 (odd).
     images : bool
-        Return ``x`` as NHWC images ``(n, 8, 8, 1)`` instead of ``(n, 64)`` features.
+        Return ``x`` as NCHW images ``(n, 1, 8, 8)`` instead of ``(n, 64)`` features.
     dtype, device
         Of ``x``.
 
@@ -221,6 +226,8 @@ def load_digits(
     >>> ds = load_digits(binary=True)
     >>> len(ds), ds.num_classes, tuple(ds.x.shape)
     (1797, 2, (1797, 64))
+    >>> tuple(load_digits(images=True).x.shape)  # NCHW
+    (1797, 1, 8, 8)
     """
     from sklearn.datasets import load_digits as sk_load_digits
 
@@ -238,7 +245,7 @@ def load_digits(
         num_classes = 2
     x = torch.from_numpy(data)
     if images:
-        x = x.reshape(-1, 8, 8, 1)
+        x = x.reshape(-1, 1, 8, 8)
     return Dataset(
         x=x.to(dtype=dtype, device=device),
         labels=torch.from_numpy(target).to(device=device),
@@ -270,16 +277,16 @@ def _check_split(split: object) -> Split:
 
 
 def _channel_stats(pixels: list[NDArray[np.uint8]]) -> tuple[NDArray[np.float64], ...]:
-    """Per-channel mean and std over all NHWC uint8 arrays, of intensities scaled to [0, 1]."""
-    channels = pixels[0].shape[-1]
+    """Per-channel mean and std over all NCHW uint8 arrays, of intensities scaled to [0, 1]."""
+    channels = pixels[0].shape[1]
     total = np.zeros(channels)
     total_sq = np.zeros(channels)
     count = 0
     for block in pixels:
-        flat = block.reshape(-1, channels).astype(np.float64) / 255.0
-        total += flat.sum(axis=0)
-        total_sq += np.square(flat).sum(axis=0)
-        count += flat.shape[0]
+        scaled = block.astype(np.float64) / 255.0  # shape: (n, C, H, W)
+        total += scaled.sum(axis=(0, 2, 3))
+        total_sq += np.square(scaled).sum(axis=(0, 2, 3))
+        count += scaled.shape[0] * scaled.shape[2] * scaled.shape[3]
     mean = total / count
     std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
     return mean, np.where(std > 0, std, 1.0)
@@ -293,12 +300,12 @@ def _to_dataset(
     dtype: torch.dtype,
     device: torch.device | str | None,
 ) -> Dataset:
-    # copies only when needed (idx data is a read-only buffer, CIFAR planes are transposed)
+    # copies only when needed (idx data is a read-only buffer)
     writable = np.require(pixels, requirements=["C_CONTIGUOUS", "WRITEABLE"])
-    x = torch.from_numpy(writable).to(dtype=dtype) / 255.0
+    x = torch.from_numpy(writable).to(dtype=dtype) / 255.0  # shape: (n, C, H, W)
     if stats is not None:
-        mean, std = stats
-        x = (x - torch.from_numpy(mean).to(dtype)) / torch.from_numpy(std).to(dtype)
+        mean, std = (torch.from_numpy(v).to(dtype)[:, None, None] for v in stats)
+        x = (x - mean) / std
     return Dataset(
         x=x.to(device=device),
         labels=torch.from_numpy(labels.astype(np.int64)).to(device=device),
@@ -391,7 +398,7 @@ def _mnist_arrays(folders: list[Path], split: Split) -> tuple[NDArray[np.uint8],
             f"root: expected labels 0..9 in {label_path}, got values in "
             f"[{labels64.min()}, {labels64.max()}]"
         )
-    return images[..., None], labels64
+    return images[:, None], labels64  # NCHW, one channel
 
 
 def load_mnist(
@@ -425,7 +432,7 @@ def load_mnist(
     Returns
     -------
     Dataset
-        ``x`` of shape ``(n, H, W, 1)`` (NHWC; 28 x 28 for the real files), 10 classes, named
+        ``x`` of shape ``(n, 1, H, W)`` (NCHW; 28 x 28 for the real files), 10 classes, named
         ``"mnist-train"`` or ``"mnist-test"``.
     """
     folder = _check_root(root)
@@ -513,8 +520,8 @@ def _read_cifar_batch(path: Path) -> tuple[NDArray[np.uint8], NDArray[np.int64]]
             f"{labels.shape}"
             + (f" with values in [{labels.min()}, {labels.max()}]" if labels.size else "")
         )
-    # Rows are 1024 red, 1024 green, 1024 blue values, each plane row-major: NCHW -> NHWC.
-    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    # Rows are 1024 red, 1024 green, 1024 blue values, each plane row-major: already NCHW.
+    images = data.reshape(-1, 3, 32, 32)
     return images, labels
 
 
@@ -547,7 +554,7 @@ def load_cifar10(
     Returns
     -------
     Dataset
-        ``x`` of shape ``(n, 32, 32, 3)`` (NHWC, channels R, G, B), 10 classes, named
+        ``x`` of shape ``(n, 3, 32, 32)`` (NCHW, channels R, G, B), 10 classes, named
         ``"cifar10-train"`` or ``"cifar10-test"``.
     """
     base = _check_root(root)

@@ -103,7 +103,7 @@ class TrainKernel:
     @cached_property
     def eigh(self) -> Eigh:
         """Eigenpairs of the regularized kernel (negative rounding clamped to 0)."""
-        eig = psd_eigh(self.regularized)
+        eig = psd_eigh(self.regularized, name=self.name)
         self.schedule.check_stable(float(eig.values[-1]))
         return eig
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -41,7 +42,7 @@ from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from .kernel import KernelState
 from .layers import Layer
-from .quadrature import DEFAULT_DEGREE, gaussian_pair_expectation
+from .quadrature import DEFAULT_DEGREE, _rules, gaussian_pair_expectation
 from .quadrature import derivative as autograd_derivative
 
 __all__ = [
@@ -391,6 +392,14 @@ class Elementwise(Activation):
     degree : int
         Quadrature nodes per dimension and arc.
 
+    Raises
+    ------
+    NtklabValueError
+        At construction, when ``fn`` or its derivative is NaN or infinite at a node of the
+        quadrature grid at unit variance (:math:`r \\cos\\varphi`, :math:`|r| < 9`), e.g.
+        ``torch.log`` or ``torch.sqrt`` at negative points: the dual kernels would be NaN.
+        The message names the function and the point.
+
     Examples
     --------
     >>> import torch, ntklab as nl
@@ -415,6 +424,30 @@ class Elementwise(Activation):
                 f"fn: expected an elementwise function returning a tensor of the input's shape "
                 f"(5,), got {got}"
             )
+        self._check_finite_on_grid()
+
+    def _check_finite_on_grid(self) -> None:
+        """Raise unless ``fn`` and its derivative are finite on the quadrature grid at unit
+        variance (the points :math:`r \\cos\\varphi` where the duals evaluate them)."""
+        radius, _, t, _ = _rules(self.degree)
+        angles = np.concatenate([0.5 * np.pi * (1.0 + t), 0.5 * np.pi * (2.0 + t)])
+        grid = torch.from_numpy(np.multiply.outer(radius, np.cos(angles)).reshape(-1))
+        what = "fn"
+        values = self.fn(grid)
+        if bool(torch.isfinite(values).all()):
+            what = "the derivative of fn (by autograd)"
+            values = autograd_derivative(self.fn)(grid)
+            if bool(torch.isfinite(values).all()):
+                return
+        bad = int(torch.nonzero(~torch.isfinite(values))[0, 0])
+        label = getattr(self.fn, "__name__", None) or repr(self.fn)
+        raise NtklabValueError(
+            f"fn: expected finite values on the Gaussian quadrature grid, got {what} = "
+            f"{float(values[bad])} at x = {float(grid[bad]):.6g} for {label} (name "
+            f"{self.name!r}; a node of the degree-{self.degree} grid at unit variance, one of "
+            f"{grid.numel()}): its dual kernels would be NaN. Use a function defined and finite "
+            "on the whole real line"
+        )
 
     def __repr__(self) -> str:
         return f"Elementwise({self.name})"

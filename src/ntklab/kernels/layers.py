@@ -300,8 +300,9 @@ class Architecture:
         x2 : Tensor of the same shape but for n2, optional
             Defaults to ``x1``.
         max_memory : int, optional
-            Bytes available to one block of input pairs, for image inputs (default: what the
-            device reports available). The full spatial covariance needed by pooling holds
+            Bytes available to one block of input pairs, for image inputs (default ``None``:
+            the policy of :mod:`ntklab.memory`, half of the memory this process may still use
+            on the inputs' device). The full spatial covariance needed by pooling holds
             :math:`n_1 n_2 |S|^2` numbers per kernel; pairs are computed in blocks that fit,
             and an error says when not even one pair fits. Ignored for flat inputs.
 
@@ -325,7 +326,9 @@ class Architecture:
         from . import spatial
 
         if max_memory is not None:
-            check_positive_int("max_memory", max_memory)
+            from ..memory import resolve_max_memory
+
+            resolve_max_memory(max_memory)  # the type and sign
         a, b = spatial.check_images(x1, x2, spatial.architecture_spatial_ndim(self.layers))
         full = a.ndim > 2 and spatial.last_mixing_layer(self.layers) >= 0
         return spatial.kernel_in_blocks(self._kernel, a, b, full=full, max_memory=max_memory)
@@ -517,6 +520,10 @@ class Architecture:
                 # a module without ``out_features`` leaves the next Dense lazy
                 found = getattr(mod, "out_features", None)
                 features = found if isinstance(found, int) else None
+        from ..nets.conv_modules import ConvLayer
+
+        if modules and isinstance(modules[0], ConvLayer):
+            modules[0].check_layout = True  # refuse channels-last inputs, as kernel() does
         net: nn.Module = nn.Sequential(*modules)
         if zero_output or alpha != 1.0:
             from ..nets.wrappers import AntisymmetricPair, ScaledOutput

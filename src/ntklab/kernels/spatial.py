@@ -1,8 +1,11 @@
 """Convolutional, pooling, normalization and residual layers: the CNTK and its relatives.
 
 Images are torch's ``(n, C, *S)`` batches (``NCHW`` for ``S = (H, W)``, ``NCL`` for 1-D
-signals). The channels are the infinite-width axis; the kernels keep the spatial axes, in
-one of two layouts (neural-tangents' conventions, arXiv:1912.02803):
+signals), not neural-tangents' channels-last ``NHWC``: a batch whose last axis has 1 or 3
+entries while its other non-batch axes have more than 4 (``(n, 28, 28, 1)``, ``(n, 32, 32,
+3)``) is refused with the permutation to apply. The channels are the infinite-width axis;
+the kernels keep the spatial axes, in one of two layouts (neural-tangents' conventions,
+arXiv:1912.02803):
 
 - **full**: the covariance between every pair of positions, interleaved as
   ``(n1, n2, H, H', W, W')``. Pooling layers need it.
@@ -30,15 +33,15 @@ Average pooling averages each axis of the pair over its window,
 over all pairs and ``Flatten`` over the diagonal.
 
 Memory: the full layout holds :math:`n_1 n_2 (HW)^2` numbers per kernel. ``kernel`` computes
-blocks of input pairs that fit ``max_memory`` bytes (default: the memory the device reports
-available) and raises :class:`~ntklab.errors.NtklabValueError` when not even one pair fits.
+blocks of input pairs that fit ``max_memory`` bytes (default: the policy of
+:mod:`ntklab.memory`, half of the memory this process may still use) and raises
+:class:`~ntklab.errors.NtklabValueError` when not even one pair fits.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -46,8 +49,14 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_nonnegative, check_positive_int
+from .._checks import (
+    check_channels_first,
+    check_nonnegative,
+    check_positive_int,
+    check_precision,
+)
 from ..errors import NtklabTypeError, NtklabValueError
+from ..memory import resolve_max_memory
 from .kernel import Kernel, KernelState
 from .layers import Architecture, Layer, Parameterization, _as_float
 
@@ -326,6 +335,11 @@ class Conv(Layer):
 
     Notes
     -----
+    Inputs are channels-first, ``(n, C, H, W)`` or ``(n, C, L)`` (torch's layout, not
+    neural-tangents' ``NHWC``). A batch whose last axis has 1 or 3 entries while its other
+    non-batch axes have more than 4, such as ``(n, 28, 28, 1)``, is taken for channels-last and
+    refused (permute it with ``x.permute(0, 3, 1, 2)``).
+
     Standard parameterization, with :math:`C` the input channels:
     :math:`\\Theta' = C \\sum_{d\\in f} K_{\\cdot+d} + \\sigma_w^2 \\frac{1}{|f|}\\sum_{d\\in f}
     \\Theta_{\\cdot+d} + [\\text{bias}]` (neural-tangents' ``stax.Conv``).
@@ -999,7 +1013,9 @@ def check_images(
     x1: object, x2: object | None, spatial_ndim: int | None
 ) -> tuple[Tensor, Tensor | None]:
     """Validate image batches ``(n, C, *S)`` (or flat ``(n, d)`` when ``spatial_ndim`` is
-    None) for an architecture with spatial layers."""
+    None) for an architecture with spatial layers: float32 or float64, finite, and not
+    channels-last (:func:`~ntklab._checks.check_channels_first`: a last axis of 1 or 3 entries
+    after axes of more than 4 is refused)."""
 
     def one(name: str, x: object) -> Tensor:
         if not isinstance(x, Tensor):
@@ -1015,10 +1031,9 @@ def check_images(
                 f"{name}: expected a {'/'.join(map(str, ndims))}-D tensor of shape {want}, got "
                 f"{x.ndim}-D shape {tuple(x.shape)}"
             )
-        if not x.is_floating_point():
-            raise NtklabTypeError(
-                f"{name}: expected a floating dtype (float32/float64), got {x.dtype}"
-            )
+        check_precision(name, x)
+        if x.ndim > 2:
+            check_channels_first(name, x)
         if min(x.shape[1:]) == 0:
             raise NtklabValueError(
                 f"{name}: expected non-empty channels and positions, got shape {tuple(x.shape)}"
@@ -1044,24 +1059,6 @@ def check_images(
     return a, b
 
 
-def available_memory(device: torch.device) -> int | None:
-    """Bytes the device reports available (CUDA: free memory; CPU: ``MemAvailable``)."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def block_bytes(x: Tensor, rows: int, cols: int, full: bool) -> int:
     """Estimated peak bytes of one block of ``rows x cols`` input pairs: the NNGP and NTK
     and two temporaries per pair, plus the per-input states, at the input's spatial size
@@ -1081,10 +1078,10 @@ def kernel_in_blocks(
     max_memory: int | None,
 ) -> Kernel:
     """Compute ``compute(a, b)`` in blocks of input pairs that fit ``max_memory`` bytes."""
-    budget = max_memory if max_memory is not None else available_memory(a.device)
+    budget = resolve_max_memory(max_memory, a.device)
     n1 = a.shape[0]
     n2 = n1 if b is None else b.shape[0]
-    if budget is None or block_bytes(a, n1, n2, full) <= budget:
+    if block_bytes(a, n1, n2, full) <= budget:
         return compute(a, b)
     if block_bytes(a, 1, 1, full) > budget:
         layout = "full spatial covariance" if full else "spatial diagonal"

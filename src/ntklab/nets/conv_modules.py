@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
+from .._checks import check_channels_first
 from ..errors import NtklabValueError
 from ..kernels.spatial import Padding, pads_for
 
@@ -51,7 +52,9 @@ class ConvLayer(LazyModuleMixin, nn.Module):
     :math:`b \\sim N(0, \\sigma_b^2)`. ``padding`` as :class:`ntklab.kernels.Conv`.
 
     ``in_channels=None``: created on the first forward call; ``out_channels=None``: as many
-    as the input has (the last layer of a residual branch).
+    as the input has (the last layer of a residual branch). With ``check_layout=True`` (set by
+    ``Architecture.to_torch`` on a network's first layer) a channels-last looking input, such
+    as ``(n, 28, 28, 1)``, is refused (:func:`ntklab._checks.check_channels_first`).
     """
 
     cls_to_become = None
@@ -84,6 +87,7 @@ class ConvLayer(LazyModuleMixin, nn.Module):
         self.parameterization = parameterization
         self.in_channels = 0
         self.out_channels = out_channels
+        self.check_layout = False
         self._generator = generator
         self.weight = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
         self.bias: nn.Parameter | None = None
@@ -119,16 +123,22 @@ class ConvLayer(LazyModuleMixin, nn.Module):
                 bscale = float(self.b_std or 0.0) if standard else 1.0
                 self.bias.normal_(0.0, 1.0, generator=self._generator).mul_(bscale)
 
-    def initialize_parameters(self, input: Tensor) -> None:
-        if self.has_uninitialized_params():
-            self._materialize(int(input.shape[1]))
-
-    def forward(self, input: Tensor) -> Tensor:
+    def _check_input(self, input: Tensor) -> None:
         if input.ndim != len(self.filter_shape) + 2:
             raise NtklabValueError(
                 f"input: expected a {len(self.filter_shape) + 2}-D batch (n, C, ...), got shape "
                 f"{tuple(input.shape)}"
             )
+        if self.check_layout:
+            check_channels_first("input", input)
+
+    def initialize_parameters(self, input: Tensor) -> None:
+        if self.has_uninitialized_params():
+            self._check_input(input)  # before the channel count is read from it
+            self._materialize(int(input.shape[1]))
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input(input)
         x = _pad_input(input, self.filter_shape, self.strides, self.padding)
         conv = nn.functional.conv1d if len(self.filter_shape) == 1 else nn.functional.conv2d
         if self.parameterization == "standard":

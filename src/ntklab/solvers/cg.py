@@ -8,11 +8,14 @@ that of Saad, *Iterative Methods for Sparse Linear Systems*, Alg. 9.1.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from ..errors import ConvergenceWarning, NtklabValueError
 
 __all__ = ["CGResult", "conjugate_gradient"]
 
@@ -73,6 +76,21 @@ def conjugate_gradient(
     Returns
     -------
     CGResult
+        ``converged=False`` when ``max_iter`` ran out first.
+
+    Raises
+    ------
+    NtklabValueError
+        When a column that has not converged meets a search direction of negative or zero
+        curvature, :math:`p_j^T A p_j \\le 0` (or NaN): ``apply`` is not positive definite (an
+        indefinite or singular operator, or rounding that makes it so). The message names the
+        iteration, the column and the curvature.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``max_iter`` iterations did not reach ``tol``, naming the iterations and the
+        relative residual reached.
     """
     b = b.to(torch.float64)
     x = torch.zeros_like(b) if x0 is None else x0.to(torch.float64).clone()
@@ -81,13 +99,15 @@ def conjugate_gradient(
     z = precondition(r) if precondition is not None else r
     p = z.clone()
     rz = (r * z).sum(0)  # shape: (k,)
-    history = [float((torch.linalg.vector_norm(r, dim=0) / bnorm).max())]
+    rel_cols = torch.linalg.vector_norm(r, dim=0) / bnorm  # shape: (k,)
+    history = [float(rel_cols.max())]
     it = 0
     converged = history[0] <= tol
     while not converged and it < max_iter:
         ap = apply(p)
-        pap = (p * ap).sum(0)
+        pap = (p * ap).sum(0)  # shape: (k,)
         active = pap > 0
+        _check_curvature(pap, (p * p).sum(0), ~active & (rel_cols > tol), it)
         alpha = torch.where(active, rz / torch.where(active, pap, 1.0), 0.0)
         x.add_(alpha * p)
         r.sub_(alpha * ap)
@@ -97,14 +117,39 @@ def conjugate_gradient(
         p = z + beta * p
         rz = rz_new
         it += 1
-        rel = float((torch.linalg.vector_norm(r, dim=0) / bnorm).max())
+        rel_cols = torch.linalg.vector_norm(r, dim=0) / bnorm
+        rel = float(rel_cols.max())
         history.append(rel)
         if callback is not None:
             callback(it, rel)
-        converged = rel <= tol or not bool(active.any())
+        converged = rel <= tol
+    if not converged:
+        warnings.warn(
+            f"conjugate_gradient: max_iter = {max_iter} iterations ran out with relative "
+            f"residual {history[-1]:.3e} > tol = {tol:.3e} (after {it} iterations); the "
+            "solution does not meet the tolerance (raise max_iter, add a ridge or a "
+            "preconditioner)",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     return CGResult(
         solution=x,
         iterations=it,
         residuals=torch.tensor(history, dtype=torch.float64),
-        converged=converged and history[-1] <= tol,
+        converged=converged,
+    )
+
+
+def _check_curvature(pap: Tensor, pp: Tensor, bad: Tensor, iteration: int) -> None:
+    """Raise when a column that has not converged has curvature :math:`p^T A p \\le 0`."""
+    if not bool(bad.any()):
+        return
+    j = int(torch.nonzero(bad)[0, 0])
+    value, norm2 = float(pap[j]), float(pp[j])
+    quotient = f"{value / norm2:.3e}" if norm2 > 0 else "undefined (p = 0)"
+    raise NtklabValueError(
+        f"apply: expected a symmetric positive definite operator, got curvature p^T A p = "
+        f"{value:.3e} <= 0 (Rayleigh quotient p^T A p / p^T p = {quotient}) at CG iteration "
+        f"{iteration}, right-hand side {j}: the operator is not positive definite (add a ridge "
+        "> 0, or check that the operator is symmetric positive semi-definite)"
     )

@@ -4,8 +4,10 @@ Kernel matrices are positive semi-definite in exact arithmetic, but an NTK on ne
 inputs, or a ReLU NNGP at large depth, is singular to rounding. Two factorizations serve the
 closed-form predictions of :mod:`ntklab.dynamics`:
 
-- :func:`psd_eigh`: the symmetric eigendecomposition, with eigenvalues below zero (rounding)
-  clamped to zero; it serves any function of the matrix (finite training times).
+- :func:`psd_eigh`: the symmetric eigendecomposition, with eigenvalues below zero clamped to
+  zero, silently within rounding and with a :class:`~ntklab.errors.NumericalWarning` naming
+  the most negative eigenvalue beyond it; it serves any function of the matrix (finite
+  training times).
 - :func:`cholesky_with_jitter`: the Cholesky factor of :math:`A + \\epsilon I`, retrying with a
   growing jitter :math:`\\epsilon` (from ``1e-10`` of the mean diagonal, times 10 per try) when
   the plain factorization fails, and saying so with a
@@ -47,7 +49,7 @@ class Eigh:
     vectors : Tensor of shape (n, n)
         Orthonormal eigenvectors as columns.
     clamped : int
-        How many negative eigenvalues (rounding) were set to 0.
+        How many negative eigenvalues were set to 0.
     """
 
     values: Tensor
@@ -116,22 +118,47 @@ def symmetrize(a: Tensor) -> Tensor:
     return 0.5 * (a + a.transpose(-1, -2))
 
 
-def psd_eigh(a: Tensor) -> Eigh:
-    """Eigendecomposition of a symmetric PSD matrix with rounding negatives clamped to 0.
+def psd_eigh(a: Tensor, *, name: str = "matrix") -> Eigh:
+    """Eigendecomposition of a symmetric PSD matrix with negative eigenvalues clamped to 0.
+
+    Negative eigenvalues within rounding, :math:`|\\lambda| \\le n\\,\\epsilon
+    \\max_i |\\lambda_i|` (:math:`\\epsilon` the machine epsilon of ``a``'s dtype), are clamped
+    silently: a PSD matrix stored in floating point has them. Larger ones mean that ``a`` is
+    not positive semi-definite; they are clamped too, with a
+    :class:`~ntklab.errors.NumericalWarning` naming the most negative eigenvalue.
 
     Parameters
     ----------
     a : Tensor of shape (n, n)
         Symmetric (only the lower triangle is read).
+    name : str
+        How the warning refers to ``a``.
 
     Returns
     -------
     Eigh
+
+    Warns
+    -----
+    NumericalWarning
+        When an eigenvalue below :math:`-n\\,\\epsilon \\max_i |\\lambda_i|` was clamped.
     """
     values, vectors = torch.linalg.eigh(a)
     negative = values < 0
     clamped = int(negative.sum())
     if clamped:
+        lowest = float(values[0])
+        scale = float(values.abs().max())
+        threshold = a.shape[-1] * torch.finfo(values.dtype).eps * scale
+        if lowest < -threshold:
+            warnings.warn(
+                f"{name}: not positive semi-definite beyond rounding; clamped {clamped} "
+                f"negative eigenvalue(s) to 0, the most negative {lowest:.3g} "
+                f"({-lowest / scale:.1e} of the largest |eigenvalue| {scale:.3g}, rounding "
+                f"allows {threshold / scale:.1e})",
+                NumericalWarning,
+                stacklevel=2,
+            )
         values = values.clamp(min=0.0)
     return Eigh(values=values, vectors=vectors, clamped=clamped)
 

@@ -28,10 +28,11 @@ from torch import Tensor
 
 from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
+from ..memory import resolve_max_memory
 from .cg import conjugate_gradient
 from .dense import cholesky_with_jitter
 from .nystrom import CentreRule, falkon, select_centres
-from .operator import DEFAULT_MAX_MEMORY, KernelOperator, as_operator, to_dense
+from .operator import KernelOperator, as_operator, to_dense
 
 __all__ = ["Method", "SolveResult", "predict", "solve"]
 
@@ -125,7 +126,8 @@ def solve(
         Randomness of centre selection.
     max_memory : int, optional
         Bytes for stored matrices (dense :math:`K` for ``"auto"``'s choice; :math:`K_{nM}`);
-        default: the operator's ``max_memory`` or 256 MiB.
+        default: the operator's ``max_memory``, else the policy of :mod:`ntklab.memory`
+        (half of the memory this process may still use on the operator's device).
 
     Returns
     -------
@@ -135,7 +137,16 @@ def solve(
     ------
     NtklabValueError
         Unknown ``method``; ``ridge <= 0`` for ``"nystrom"`` (``< 0`` otherwise); ``y`` of the
-        wrong shape.
+        wrong shape; for ``"cg"``, an operator that CG finds not positive definite (a search
+        direction with curvature :math:`p^T (K + \\rho I) p \\le 0`, named with its iteration
+        and value).
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``"cg"`` or ``"nystrom"`` ran out of ``max_iter`` iterations before reaching
+        ``tol`` (the result then has ``converged=False``); the message names the iterations
+        and the relative residual.
 
     Examples
     --------
@@ -158,10 +169,9 @@ def solve(
         raise NtklabValueError(
             f"preconditioner: expected 'jacobi' or 'none', got {preconditioner!r}"
         )
-    budget = (
-        max_memory if max_memory is not None else int(getattr(op, "max_memory", DEFAULT_MAX_MEMORY))
+    budget = resolve_max_memory(
+        max_memory if max_memory is not None else getattr(op, "max_memory", None), op.device
     )
-    check_positive_int("max_memory", budget)
     if max_iter is not None:
         check_positive_int("max_iter", max_iter)
     if method == "auto":
@@ -201,7 +211,15 @@ def solve(
 
         pre = None
         if preconditioner == "jacobi":
-            dinv = 1.0 / (op.diagonal().reshape(n).to(torch.float64) + rho).clamp_min(1e-300)
+            diag = op.diagonal().reshape(n).to(torch.float64) + rho
+            if bool((diag < 0).any()):
+                i = int(torch.argmin(diag))
+                raise NtklabValueError(
+                    f"operator: expected a positive semi-definite operator, got a negative "
+                    f"diagonal entry K_ii + ridge = {float(diag[i]):.3g} at i = {i}: the "
+                    "operator is not positive definite"
+                )
+            dinv = 1.0 / diag.clamp_min(1e-300)
 
             def pre(r: Tensor) -> Tensor:
                 return dinv[:, None] * r
