@@ -1,16 +1,19 @@
-"""C2 ``flow-equals-krr``: gradient flow on the NTK is kernel regression (seed 002, chapter 1).
+"""C2 ``flow-equals-krr``: gradient flow on the NTK is kernel regression.
 
-Claim (CLAIMS.md C2): gradient flow on the squared loss with the NTK :math:`\\Theta` reaches,
-as :math:`t \\to \\infty`, the minimum-norm kernel interpolant; at finite :math:`t` it is the
+Claim: gradient flow on the squared loss with the NTK :math:`\\Theta` reaches, as
+:math:`t \\to \\infty`, the minimum-norm kernel interpolant; at finite :math:`t` it is the
 matrix-exponential solution
 
 .. math:: f_t(x) = f_0(x) + \\Theta_{xX}\\,\\Theta^{-1}\\big(I - e^{-\\eta t\\Theta/N}\\big)
           \\big(Y - f_0(X)\\big)
 
-(Jacot et al. arXiv:1806.07572, Lee et al. arXiv:1902.06720); discrete gradient descent
-converges to it as the step shrinks; and dropping :math:`f_0` (the chapter's gotcha 1.3)
-changes the prediction by a Gaussian whose variance is the NNGP-driven covariance of the
-ensemble, :math:`\\Sigma_t(x, x)`, of the order of the NNGP prior variance :math:`K(x, x)`.
+(Jacot, Gabriel & Hongler, 2018, "Neural tangent kernel: convergence and generalization in
+neural networks", arXiv:1806.07572; Lee et al., 2019, "Wide neural networks of any depth
+evolve as linear models under gradient descent", arXiv:1902.06720); discrete gradient descent
+converges to it as the step shrinks; and dropping :math:`f_0` (a common shortcut) changes the
+prediction by a Gaussian whose variance is the NNGP-driven covariance of the ensemble,
+:math:`\\Sigma_t(x, x)` (Lee et al., 2019, eq. 16), of the order of the NNGP prior variance
+:math:`K(x, x)`.
 
 Data, computation, measurement, verdict, figure:
 
@@ -22,56 +25,173 @@ Data, computation, measurement, verdict, figure:
    interpolant of the residual solved directly (:func:`scipy.linalg.solve`);
 3. finite-:math:`t` flow against Van Loan's block exponential
    :math:`\\exp\\begin{pmatrix}-c\\Theta & I\\\\ 0 & 0\\end{pmatrix}t`, whose top-right block is
-   :math:`\\int_0^t e^{-c\\Theta s}ds` (:func:`scipy.linalg.expm`, no eigendecomposition);
+   :math:`\\int_0^t e^{-c\\Theta s}ds` (:func:`scipy.linalg.expm`, no eigendecomposition;
+   Van Loan, 1978, "Computing integrals involving the matrix exponential");
 4. discrete GD (``schedule="gd"``) at steps :math:`\\eta_c 2^{-j}` against the flow at the same
    flow time: the gap must fall monotonically with the step, at first order (Euler);
 5. the mean square over the ensemble of the change made by dropping :math:`f_0`, against the
    diagonal of :math:`\\Sigma_t` from :func:`~ntklab.dynamics.ensemble_dynamics`.
+
+:func:`measure` computes 1-5 and stores the kernels, targets and outputs the figures are made
+of; :func:`judge` applies the criterion (constants :data:`LIMIT_TOL`, :data:`EXPM_TOL`,
+:data:`GD_ORDER`, :data:`GOTCHA_RATIO`); :func:`draw` plots the stored arrays.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Annotated, Any
 
 import numpy as np
 import scipy.linalg
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from .. import kernels as nk
 from ..analysis import fit_power_law
 from ..data import uniform_sphere
 from ..dynamics import Gaussian, ensemble_dynamics, linearized_dynamics
+from ..errors import NtklabValueError
 from ..nets import ensemble
 from ..predict import max_learning_rate
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 
-__all__ = ["FlowEqualsKrrConfig", "flow_by_expm", "relu_network"]
+__all__ = [
+    "EXPM_TOL",
+    "GD_ORDER",
+    "GOTCHA_RATIO",
+    "LIMIT_TOL",
+    "FlowEqualsKrrConfig",
+    "draw",
+    "flow_by_expm",
+    "gd_step_counts",
+    "judge",
+    "measure",
+    "relu_network",
+    "time_labels",
+]
 
+#: Largest relative difference (float64) between the flow at t = inf (and at
+#: t = 50 N / lambda_min) and the min-norm interpolant solved directly.
 LIMIT_TOL = 1e-8
+#: Largest relative difference between the finite-t flow and Van Loan's block exponential.
 EXPM_TOL = 1e-8
+#: Accepted log-log order of the gap between discrete GD and the flow in the step (Euler: 1).
 GD_ORDER = (0.9, 1.1)
+#: Accepted ratio of the mean squared change from dropping f_0 to the predicted Sigma_t(x, x).
 GOTCHA_RATIO = (0.9, 1.1)
+#: The flow time that drives the slowest mode to exp(-50) ~ 2e-22, in units of N / lambda_min.
+LIMIT_TIME = 50.0
+#: The figure's flow-time grid, in units of N / lambda_max.
+CURVE_TIMES = np.geomspace(0.1, 1000.0, 60)
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+OpenFraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+
+
+def gd_step_counts(gd_time: float, gd_fractions: Sequence[float]) -> list[int]:
+    """GD steps that reach flow time ``gd_time`` (in units of N / lambda_max) at each step
+    :math:`\\eta_c \\times` fraction, :math:`\\eta_c = 2N/\\lambda_{max}`: ``round(gd_time /
+    (2 fraction))``, at least 1."""
+    return [max(1, round(gd_time / (2.0 * f))) for f in gd_fractions]
+
+
+def time_labels(times: Sequence[float]) -> list[str]:
+    """The labels of the flow times in metric names: ``t=1N/lmax``, ..., ``t=inf``."""
+    return [f"t={c:g}N/lmax" for c in times] + ["t=inf"]
 
 
 class FlowEqualsKrrConfig(ExperimentConfig):
-    """Grid of ``flow-equals-krr``."""
+    """Grid of ``flow-equals-krr``.
 
-    dim: int = 5
-    n_train: int = 32
-    n_test: int = 16
-    depth: int = 2
-    w_std: float = math.sqrt(2.0)
-    b_std: float = 0.1
-    noise: float = 0.1
-    width: int = 256
-    members: int = 1000
-    chunk: int = 100
+    Parameters
+    ----------
+    dim : int
+        Dimension of the inputs on :math:`S^{dim-1}`, >= 3 (the target reads 3 coordinates).
+    n_train, n_test : int
+        Training and test points, >= 1.
+    depth : int
+        Hidden ReLU layers, >= 1.
+    w_std, b_std : float
+        Weight (> 0) and bias (>= 0) standard deviations.
+    noise : float
+        Standard deviation of the label noise, >= 0.
+    width, members, chunk : int
+        Width of the finite networks, how many of them (:math:`f_0`), how many drawn at once.
+    times : tuple of float
+        Flow times in units of :math:`N/\\lambda_{max}`, > 0, strictly increasing, distinct at
+        6 significant digits (they name metrics).
+    gd_fractions : tuple of float
+        GD steps as fractions of :math:`\\eta_c`, in (0, 1), strictly decreasing, at least 3,
+        each giving a different number of steps to ``gd_time``.
+    gd_time : float
+        Flow time of the GD comparison, in units of :math:`N/\\lambda_{max}`, > 0.
+    """
+
+    dim: Annotated[int, Field(ge=3)] = 5
+    n_train: Count = 32
+    n_test: Count = 16
+    depth: Count = 2
+    w_std: PositiveFloat = math.sqrt(2.0)
+    b_std: NonNegativeFloat = 0.1
+    noise: NonNegativeFloat = 0.1
+    width: Count = 256
+    members: Count = 1000
+    chunk: Count = 100
     # flow times, as multiples of N / lambda_max (one unit: the top mode decays by e)
-    times: tuple[float, ...] = (1.0, 10.0, 100.0)
-    gd_fractions: tuple[float, ...] = (1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128)
-    gd_time: float = 10.0
+    times: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] = (1.0, 10.0, 100.0)
+    gd_fractions: Annotated[tuple[OpenFraction, ...], Field(min_length=3)] = (
+        1 / 4,
+        1 / 8,
+        1 / 16,
+        1 / 32,
+        1 / 64,
+        1 / 128,
+    )
+    gd_time: PositiveFloat = 10.0
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> FlowEqualsKrrConfig:
+        """times strictly increasing and distinct at 6 significant digits; gd_fractions
+        strictly decreasing, each reaching gd_time in a different number of GD steps,
+        round(gd_time / (2 fraction))."""
+        if any(b <= a for a, b in pairwise(self.times)):
+            raise NtklabValueError(
+                f"times: expected strictly increasing values, received {list(self.times)}"
+            )
+        if len(set(time_labels(self.times))) != len(self.times) + 1:
+            raise NtklabValueError(
+                "times: expected values distinct at 6 significant digits (they name the "
+                f"metrics), received {list(self.times)}"
+            )
+        fractions = self.gd_fractions
+        if any(b >= a for a, b in pairwise(fractions)):
+            raise NtklabValueError(
+                f"gd_fractions: expected strictly decreasing values, received {list(fractions)}"
+            )
+        steps = gd_step_counts(self.gd_time, fractions)
+        if any(b <= a for a, b in pairwise(steps)):
+            raise NtklabValueError(
+                f"gd_time: expected a flow time that each of gd_fractions {list(fractions)} "
+                f"reaches in a different number of steps (round(gd_time / (2 fraction)) = "
+                f"{steps}; raise gd_time), received {self.gd_time}"
+            )
+        return self
 
 
 def relu_network(depth: int, w_std: float, b_std: float) -> nk.Architecture:
@@ -89,7 +209,7 @@ def flow_by_expm(
               (Y - f_0(X)), \\qquad c = \\eta / N,
 
     with :math:`\\int_0^t e^{-c\\Theta s}ds` the top-right block of
-    :math:`\\exp\\big(t\\,[[-c\\Theta, I], [0, 0]]\\big)` (Van Loan 1978). ``residual0`` is
+    :math:`\\exp\\big(t\\,[[-c\\Theta, I], [0, 0]]\\big)` (Van Loan, 1978). ``residual0`` is
     :math:`Y - f_0(X)`, shape (n, k); ``theta_test`` is (m, n); returns (m, k) in float64.
     """
     th = theta.double().cpu().numpy()
@@ -123,7 +243,8 @@ def _initial_outputs(
     return torch.cat(outs, dim=1)
 
 
-def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
+def measure(config: FlowEqualsKrrConfig, ctx: RunContext) -> Measurement:
+    """Kernels, initial outputs, the flow against its three references and the ensemble."""
     dtype = torch.float64
     gen = ctx.generator("data")
     n, m = config.n_train, config.n_test
@@ -147,19 +268,18 @@ def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
     interp = f0_test + theta_test @ torch.from_numpy(
         scipy.linalg.solve(theta.numpy(), (y - f0).numpy(), assume_a="pos")
     )
-    t_big = 50.0 * n / (lr * lam_min)  # exp(-50) ~ 2e-22 on the slowest mode
-    limit_err = _rel(dyn.test(t_big, theta_test, f0, f0_test), interp)
-    inf_err = _rel(dyn.test(None, theta_test, f0, f0_test), interp)
+    t_big = LIMIT_TIME * n / (lr * lam_min)  # exp(-50) ~ 2e-22 on the slowest mode
+    flow_big = dyn.test(t_big, theta_test, f0, f0_test)
+    flow_inf = dyn.test(None, theta_test, f0, f0_test)
+    limit_err = _rel(flow_big, interp)
+    inf_err = _rel(flow_inf, interp)
 
     # 2. finite t against the block matrix exponential
     times = [c * unit for c in config.times]
-    expm_errs = [
-        _rel(
-            dyn.test(t, theta_test, f0, f0_test),
-            flow_by_expm(theta, theta_test, y - f0, f0_test, lr / n, t),
-        )
-        for t in times
-    ]
+    flows = [dyn.test(t, theta_test, f0, f0_test) for t in times]
+    expms = [flow_by_expm(theta, theta_test, y - f0, f0_test, lr / n, t) for t in times]
+    expm_errs = [_rel(a, b) for a, b in zip(flows, expms, strict=True)]
+    curve = dyn.test(CURVE_TIMES * unit, theta_test, f0, f0_test)[:, :, 0]  # shape: (60, m)
     ctx.progress(0.4, "flow vs KRR and matrix exponential")
 
     # 3. discrete GD at shrinking steps, same flow time
@@ -179,7 +299,7 @@ def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
     monotone = bool(np.all(np.diff(gd_errs) < 0))
     ctx.progress(0.6, "discrete gradient descent")
 
-    # 4. the gotcha: drop f0 for every member of the ensemble
+    # 4. the shortcut: drop f0 for every member of the ensemble
     members = f0_all.shape[1]
     ys = y.expand(n, members)
     # one column per network; "sum" with step lr / n keeps the loss normalizer N = n
@@ -201,17 +321,13 @@ def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
         rel_sizes.append(float(change.mean().sqrt() / y.square().mean().sqrt()))
     ctx.progress(0.9, "dropping f0")
 
-    limit_ok = max(limit_err, inf_err) <= LIMIT_TOL
-    expm_ok = max(expm_errs) <= EXPM_TOL
-    gd_ok = monotone and GD_ORDER[0] <= order.slope <= GD_ORDER[1]
-    gotcha_ok = all(GOTCHA_RATIO[0] <= r <= GOTCHA_RATIO[1] for r in ratios)
-    labels = [f"t={c:g}N/lmax" for c in config.times] + ["t=inf"]
+    labels = time_labels(config.times)
     metrics = [
         Metric(
             "flow_limit_vs_min_norm",
             limit_err,
             predicted=f"<= {LIMIT_TOL:g}",
-            note=f"t = 50 N/(eta lambda_min) = {t_big:.3g}; relative, float64",
+            note=f"t = {LIMIT_TIME:g} N/(eta lambda_min) = {t_big:.3g}; relative, float64",
         ),
         Metric("flow_t_inf_vs_min_norm", inf_err, predicted=f"<= {LIMIT_TOL:g}"),
         Metric(
@@ -245,35 +361,143 @@ def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
         metrics.append(Metric(f"drop_f0_rms_change_over_rms_target[{lab}]", rel))
     metrics.append(Metric("nngp_prior_variance_mean", float(prior_var.mean())))
 
+    def col(values: Tensor) -> np.ndarray:
+        return values[:, 0].numpy()
+
+    arrays: dict[str, np.ndarray] = {
+        # kernels, targets and the first network's initial outputs: the inputs of parts 1-4
+        "ntk_train": theta.numpy(),
+        "ntk_test_train": theta_test.numpy(),
+        "nngp_train": k.nngp[:n, :n].numpy(),
+        "nngp_test_train": k.nngp[n:, :n].numpy(),
+        "y_train": col(y),
+        "f0_train": col(f0),
+        "f0_test": col(f0_test),
+        # part 1
+        "min_norm_interpolant": col(interp),
+        "flow_limit": col(flow_big),
+        "flow_t_inf": col(flow_inf),
+        # part 2, times in the dynamics' units (learning rate 1) and in N / lambda_max
+        "time_unit": np.array(unit),
+        "times": np.array(times),
+        "flow_outputs": np.stack([col(a) for a in flows]),
+        "expm_outputs": np.stack([col(a) for a in expms]),
+        "expm_errors": np.array(expm_errs),
+        "curve_times": CURVE_TIMES,
+        "curve_outputs": curve.numpy(),
+        # part 3
+        "gd_steps": np.array(etas),
+        "gd_errors": np.array(gd_errs),
+        # part 4, rows: the times, then t = inf
+        "drop_f0_ratios": np.array(ratios),
+        "drop_f0_change": torch.stack(changes).numpy(),
+        "sigma_t_diag": torch.stack(variances).numpy(),
+        "nngp_prior_variance": prior_var.numpy(),
+    }
+    return Measurement(
+        metrics=tuple(metrics),
+        arrays=arrays,
+        notes=(
+            f"f0: {members} ReLU networks of width {config.width} in NTK parameterization "
+            "(ntklab.nets.ensemble); the analytic NTK drives the dynamics",
+            "times are flow times (learning rate 1) in units of N / lambda_max",
+        ),
+    )
+
+
+def _span(values: Sequence[float], fmt: str = ".3f") -> str:
+    """``min..max`` of finite values; every value listed when one is not finite."""
+    if all(math.isfinite(v) for v in values):
+        return f"{min(values):{fmt}}..{max(values):{fmt}}"
+    return ", ".join(f"{v:{fmt}}" for v in values)
+
+
+def _fraction(f: float) -> str:
+    """``1/8`` for the reciprocal of an integer, else ``0.3``."""
+    inverse = 1.0 / f
+    return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-9 else f"{f:g}"
+
+
+def judge(config: FlowEqualsKrrConfig, metrics: Metrics) -> Judgement:
+    """Both limits within :data:`LIMIT_TOL`, the exponential within :data:`EXPM_TOL`, a
+    monotone GD-flow gap of order in :data:`GD_ORDER`, every drop-f_0 ratio in
+    :data:`GOTCHA_RATIO`."""
+    limit = metrics["flow_limit_vs_min_norm"].value
+    inf = metrics["flow_t_inf_vs_min_norm"].value
+    expm = metrics["flow_vs_expm_max"].value
+    order = metrics["gd_to_flow_order"].value
+    monotone = metrics["gd_gap_monotone"].value == 1.0
+    labels = time_labels(config.times)
+    ratios = [metrics[f"drop_f0_change_over_variance[{lab}]"].value for lab in labels]
+    sizes = [metrics[f"drop_f0_rms_change_over_rms_target[{lab}]"].value for lab in labels]
+    limit_ok = limit <= LIMIT_TOL and inf <= LIMIT_TOL
+    expm_ok = expm <= EXPM_TOL
+    gd_ok = monotone and GD_ORDER[0] <= order <= GD_ORDER[1]
+    gotcha_ok = all(GOTCHA_RATIO[0] <= r <= GOTCHA_RATIO[1] for r in ratios)
+    summary = (
+        f"t->inf vs min-norm interpolant {limit:.1e} (t = {LIMIT_TIME:g} N/lambda_min) and "
+        f"{inf:.1e} (t = inf) (predicted <= {LIMIT_TOL:g}); flow vs expm {expm:.1e} "
+        f"(<= {EXPM_TOL:g}); GD->flow order {order:.3f} (predicted 1 in [{GD_ORDER[0]}, "
+        f"{GD_ORDER[1]}]), monotone: {'yes' if monotone else 'no'}; dropping f0: "
+        f"change^2 / Sigma_t = {_span(ratios)} (predicted 1 in [{GOTCHA_RATIO[0]}, "
+        f"{GOTCHA_RATIO[1]}]), an RMS change of {_span(sizes, '.2f')} x the RMS target"
+    )
+    times = ", ".join(f"{c:g}" for c in config.times)
+    fractions = ", ".join(_fraction(f) for f in config.gd_fractions)
+    criterion = (
+        f"on {config.n_train} training and {config.n_test} test points of "
+        f"S^{config.dim - 1} with the NTK of a depth-{config.depth} ReLU network (float64): "
+        f"relative difference to the min-norm interpolant <= {LIMIT_TOL:g} at t = inf and at "
+        f"t = {LIMIT_TIME:g} N/lambda_min; flow vs matrix exponential <= {EXPM_TOL:g} at "
+        f"t = {times} N/lambda_max; the gap between discrete GD and the flow at flow time "
+        f"{config.gd_time:g} N/lambda_max falls at every smaller step, eta_c x {fractions}, "
+        f"with log-log order in [{GD_ORDER[0]}, {GD_ORDER[1]}]; the mean squared change from "
+        f"dropping f_0 ({config.members} networks of width {config.width}) over the "
+        f"predicted variance Sigma_t(x, x) in [{GOTCHA_RATIO[0]}, {GOTCHA_RATIO[1]}] at "
+        f"t = {times} N/lambda_max and at t = inf"
+    )
+    return Judgement(
+        passed=limit_ok and expm_ok and gd_ok and gotcha_ok, summary=summary, criterion=criterion
+    )
+
+
+def draw(
+    config: FlowEqualsKrrConfig, metrics: Metrics, arrays: Mapping[str, Any]
+) -> dict[str, Figure]:
+    """Flow curves with the exponential's points and the interpolant; the GD-flow gap vs the
+    step; the squared change from dropping f_0 against Sigma_t(x, x)."""
+    unit = float(arrays["time_unit"])
+    times = np.asarray(arrays["times"]) / unit
+    curve = arrays["curve_outputs"]
+    interp = arrays["min_norm_interpolant"]
+    expm = arrays["expm_outputs"]
     fig = Figure(figsize=(14.0, 4.0))
     ax1, ax2, ax3 = fig.subplots(1, 3)
-    grid = np.geomspace(0.1, 1000.0, 60) * unit
-    curve = dyn.test(grid, theta_test, f0, f0_test)[:, :, 0]
-    for j in range(min(4, m)):
-        ax1.semilogx(grid / unit, curve[:, j].numpy(), lw=1.2, color=f"C{j}")
-        ax1.axhline(float(interp[j, 0]), color=f"C{j}", ls=":", lw=0.8)
-        pts = [
-            float(flow_by_expm(theta, theta_test, y - f0, f0_test, lr / n, t)[j, 0]) for t in times
-        ]
-        ax1.plot(np.array(times) / unit, pts, "o", color=f"C{j}", ms=4)
+    for j in range(min(4, curve.shape[1])):
+        ax1.semilogx(arrays["curve_times"], curve[:, j], lw=1.2, color=f"C{j}")
+        ax1.axhline(float(interp[j]), color=f"C{j}", ls=":", lw=0.8)
+        ax1.plot(times, expm[:, j], "o", color=f"C{j}", ms=4)
     ax1.set(
         title="flow (lines), expm (dots), min-norm interpolant (dotted)",
         xlabel=r"time $t\,\lambda_{max}/N$",
         ylabel="test output",
     )
-    ax2.loglog(etas, gd_errs, "o-", label=f"GD vs flow, slope {order.slope:.2f}")
-    ax2.loglog(etas, gd_errs[-1] * np.array(etas) / etas[-1], "k--", lw=0.8, label="slope 1")
+    etas, gd_errs = arrays["gd_steps"], arrays["gd_errors"]
+    slope = metrics["gd_to_flow_order"].value
+    ax2.loglog(etas, gd_errs, "o-", label=f"GD vs flow, slope {slope:.2f}")
+    ax2.loglog(etas, gd_errs[-1] * etas / etas[-1], "k--", lw=0.8, label="slope 1")
     ax2.set(
         title=f"discrete GD at flow time {config.gd_time:g} N/lmax",
         xlabel="step eta",
         ylabel="relative gap",
     )
     ax2.legend(fontsize=8)
-    pos = np.arange(m)
-    for i, (lab, ch, var) in enumerate(zip(labels, changes, variances, strict=True)):
-        ax3.plot(pos, ch.numpy(), "o", color=f"C{i}", ms=4, label=f"{lab}: MC change$^2$")
-        ax3.plot(pos, var.numpy(), "-", color=f"C{i}", lw=1, label=rf"{lab}: $\Sigma_t(x,x)$")
-    ax3.plot(pos, prior_var.numpy(), "k:", lw=1, label="NNGP prior K(x,x)")
+    changes, variances = arrays["drop_f0_change"], arrays["sigma_t_diag"]
+    pos = np.arange(changes.shape[1])
+    for i, lab in enumerate(time_labels(config.times)):
+        ax3.plot(pos, changes[i], "o", color=f"C{i}", ms=4, label=f"{lab}: MC change$^2$")
+        ax3.plot(pos, variances[i], "-", color=f"C{i}", lw=1, label=rf"{lab}: $\Sigma_t(x,x)$")
+    ax3.plot(pos, arrays["nngp_prior_variance"], "k:", lw=1, label="NNGP prior K(x,x)")
     ax3.set(
         title="dropping $f_0$: squared change vs predicted variance",
         xlabel="test point",
@@ -281,36 +505,7 @@ def run(config: FlowEqualsKrrConfig, ctx: RunContext) -> Outcome:
     )
     ax3.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-
-    summary = (
-        f"t->inf vs min-norm interpolant {max(limit_err, inf_err):.1e} (predicted <= 1e-8); "
-        f"flow vs expm {max(expm_errs):.1e} (<= 1e-8); GD->flow order {order.slope:.3f} "
-        f"(predicted 1 in [0.9, 1.1]), monotone: {'yes' if monotone else 'no'}; dropping f0: "
-        f"change^2 / Sigma_t = {min(ratios):.3f}..{max(ratios):.3f} (predicted 1 in "
-        f"[0.9, 1.1]), an RMS change of {min(rel_sizes):.2f}..{max(rel_sizes):.2f} x the "
-        "RMS target"
-    )
-    return Outcome(
-        metrics=tuple(metrics),
-        passed=limit_ok and expm_ok and gd_ok and gotcha_ok,
-        summary=summary,
-        figures={"flow_equals_krr": fig},
-        arrays={
-            "times": np.array(times),
-            "expm_errors": np.array(expm_errs),
-            "gd_steps": np.array(etas),
-            "gd_errors": np.array(gd_errs),
-            "drop_f0_ratios": np.array(ratios),
-            "drop_f0_change": torch.stack(changes).numpy(),
-            "sigma_t_diag": torch.stack(variances).numpy(),
-            "nngp_prior_variance": prior_var.numpy(),
-        },
-        notes=(
-            f"f0: {members} ReLU networks of width {config.width} in NTK parameterization "
-            "(ntklab.nets.ensemble); the analytic NTK drives the dynamics",
-            "times are flow times (learning rate 1) in units of N / lambda_max",
-        ),
-    )
+    return {"flow_equals_krr": fig}
 
 
 EXPERIMENT = register(
@@ -321,7 +516,7 @@ EXPERIMENT = register(
             "Gradient flow on the NTK reaches, as t -> infinity, the minimum-norm kernel "
             "interpolant; finite-t predictions match the exact matrix-exponential solution; "
             "discrete GD converges to the flow as the step shrinks; and dropping the initial "
-            "output f_0 changes the prediction by about the NNGP variance (gotcha 1.3)."
+            "output f_0 changes the prediction by about the NNGP variance."
         ),
         criterion=(
             "relative difference to the min-norm interpolant <= 1e-8 (float64) at t = inf and "
@@ -336,6 +531,8 @@ EXPERIMENT = register(
             "quick": {},
             "paper": {"n_train": 256, "n_test": 64, "width": 1024, "members": 4000, "chunk": 50},
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )

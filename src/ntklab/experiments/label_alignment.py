@@ -1,8 +1,13 @@
 """D1 ``label-alignment``: labels and initial residuals align with the top of the empirical
-NTK's spectrum (seed 003, "Label-NTK alignments and a tighter convergence bound").
+NTK's spectrum.
 
-Claim (CLAIMS.md D1): the seed reports :math:`(v_i^\\top y)^2 \\sim \\lambda_i^2` (slope 2) and
-:math:`(v_i^\\top r_0)^2 \\sim \\lambda_i` (slope 1) on CIFAR-10 for MLPs and CNNs. Measured here:
+Claim: on CIFAR-10, for MLPs and CNNs, :math:`(v_i^\\top y)^2 \\sim \\lambda_i^2` (slope 2) and
+:math:`(v_i^\\top r_0)^2 \\sim \\lambda_i` (slope 1), with :math:`(\\lambda_i, v_i)` the
+eigenpairs of the empirical NTK, :math:`y` the labels and :math:`r_0` the initial residual
+(the paper "Label-NTK alignments and a tighter convergence bound in the NTK regime"; labels'
+projections on the NTK's eigenvectors govern the speed of GD since Arora et al., 2019,
+"Fine-grained analysis of optimization and generalization for overparameterized two-layer
+neural networks"). Measured here:
 
 1. data: ``n_train`` images of scikit-learn's 8x8 digits (quick), or of MNIST / CIFAR-10 read
    from ``data_root`` (paper); targets are centered one-hot labels :math:`Y_{ic} = [y_i = c]
@@ -10,7 +15,7 @@ Claim (CLAIMS.md D1): the seed reports :math:`(v_i^\\top y)^2 \\sim \\lambda_i^2
 2. networks at initialization, NTK parameterization (``arch.to_torch``): an MLP
    ``depth x [Dense, Relu] + Dense`` on the flattened images and a small CNN
    ``depth x [Conv 3x3 SAME, Relu] + Flatten + Dense`` (``conv2d`` layers), C outputs;
-3. their empirical NTK :math:`K` on the training images (:func:`ntklab.empirical.ntk`, trace
+3. their empirical NTK :math:`K` on the training images (:func:`ntklab.empirical.ntk`, mean
    over outputs), eigenpairs in float64 (:func:`ntklab.analysis.kernel_eigh`);
 4. energies :math:`e_i = \\|v_i^\\top Y\\|^2` of the labels, of a permuted-label control (mean
    over ``n_permutations`` shuffles) and of the initial residual :math:`r_0 = f_0 - Y`, with
@@ -19,20 +24,28 @@ Claim (CLAIMS.md D1): the seed reports :math:`(v_i^\\top y)^2 \\sim \\lambda_i^2
    (:func:`ntklab.analysis.alignment_slope`, bootstrap interval; the range used is reported)
    and the share of :math:`\\|Y\\|^2` on the top ``top_k`` eigenvectors;
 6. verdict, ``criterion="chance"`` (digits): label slope >= 0.8, permuted slope within
-   ``permuted_tolerance`` of 0, top-100 share >= 75%, residual slope in [0.8, 1.5], for both
-   networks; ``criterion="seed"`` (CIFAR-10 / MNIST): label slope in [1.6, 2.4] and residual
-   slope in [0.7, 1.3]. The seed's slopes 2 and 1 are printed next to the measured ones.
+   ``permuted_tolerance`` of 0, top-``top_k`` share >= 75%, residual slope in [0.8, 1.5], for
+   every network; ``criterion="seed"`` (CIFAR-10 / MNIST): the paper's slopes, label slope in
+   [1.6, 2.4] and residual slope in [0.7, 1.3]. The paper's slopes 2 and 1 are printed next
+   to the measured ones.
+
+:func:`measure` computes 1-5 and stores the spectra, energies, binned points and fits;
+:func:`judge` applies 6 (constants :data:`CHANCE_LABEL_MIN`, :data:`CHANCE_SHARE_MIN`,
+:data:`CHANCE_RESIDUAL`, :data:`PAPER_LABEL`, :data:`PAPER_RESIDUAL`); :func:`draw` plots the
+stored arrays.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from .. import kernels as nk
@@ -47,53 +60,142 @@ from ..analysis import (
 from ..data import Dataset, load_cifar10, load_digits, load_mnist
 from ..empirical import ntk
 from ..errors import NtklabValueError
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    NonNegativeCount,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 
 __all__ = [
+    "CHANCE_LABEL_MIN",
+    "CHANCE_RESIDUAL",
+    "CHANCE_SHARE_MIN",
+    "PAPER_LABEL",
+    "PAPER_RESIDUAL",
+    "TRAIN_SIZES",
     "AlignmentMeasurement",
     "ImageData",
     "LabelAlignmentConfig",
     "cnn_architecture",
+    "draw",
+    "judge",
     "load_images",
+    "measure",
     "measure_alignment",
     "mlp_architecture",
     "network",
 ]
 
 NetName = Literal["mlp", "cnn"]
+#: ``criterion="chance"``: smallest accepted label slope (alignment beyond chance).
 CHANCE_LABEL_MIN = 0.8
+#: ``criterion="chance"``: smallest accepted share of ||Y||^2 on the top ``top_k`` eigenvectors.
 CHANCE_SHARE_MIN = 0.75
+#: ``criterion="chance"``: accepted residual slope (the paper: 1).
 CHANCE_RESIDUAL = (0.8, 1.5)
-SEED_LABEL = (1.6, 2.4)
-SEED_RESIDUAL = (0.7, 1.3)
+#: ``criterion="seed"``: accepted label slope (the paper: 2).
+PAPER_LABEL = (1.6, 2.4)
+#: ``criterion="seed"``: accepted residual slope (the paper: 1).
+PAPER_RESIDUAL = (0.7, 1.3)
+#: Training images of each data set (``load_images`` draws from the training split).
+TRAIN_SIZES: dict[str, int] = {"digits": 1797, "mnist": 60_000, "cifar10": 50_000}
+_TITLES = {"digits": "digits", "mnist": "MNIST", "cifar10": "CIFAR-10"}
+_FITS = ("label", "permuted", "residual")
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class LabelAlignmentConfig(ExperimentConfig):
     """Grid of ``label-alignment``.
 
-    ``dataset="digits"`` needs nothing; ``"mnist"`` and ``"cifar10"`` read ``data_root``.
-    ``criterion`` picks the verdict: ``"chance"`` (alignment beyond chance, the quick-scale
-    criterion) or ``"seed"`` (the seed's slopes, the paper-scale criterion).
+    Parameters
+    ----------
+    dataset : {"digits", "mnist", "cifar10"}
+        ``"digits"`` needs nothing; ``"mnist"`` and ``"cifar10"`` read ``data_root``.
+    data_root : str or None
+        Folder of the MNIST or CIFAR-10 files.
+    criterion : {"chance", "seed"}
+        The verdict: ``"chance"`` (alignment beyond chance, the quick-scale criterion) or
+        ``"seed"`` (the paper's slopes, the paper-scale criterion).
+    networks : tuple of {"mlp", "cnn"}
+        Networks measured, non-empty and distinct.
+    n_train : int
+        Training images, >= 3 and at most the data set's training split.
+    depth, mlp_width, cnn_channels : int
+        Hidden layers, MLP width and CNN channels, >= 1.
+    w_std, b_std : float
+        Weight (> 0) and bias (>= 0) standard deviations.
+    net_dtype : {"float32", "float64"}
+        Precision of the networks and of their empirical NTK.
+    relative_range : (float, float)
+        Eigenvalues fitted, relative to the largest: ``0 < low < high <= 1``.
+    bins : int
+        Logarithmic eigenvalue bins, >= 3 (a slope with an interval needs three).
+    n_boot : int
+        Bootstrap resamples of the eigenpairs, >= 0 (0: the OLS interval).
+    n_permutations : int
+        Label shuffles of the control, >= 1.
+    permuted_tolerance : float
+        ``criterion="chance"``: largest accepted \\|permuted slope\\|, > 0.
+    top_k : int
+        Eigenvectors of the energy share, 1 <= top_k <= n_train.
+    max_memory_mb : int
+        Memory budget of the empirical NTK in MiB, >= 1.
     """
 
     dataset: Literal["digits", "mnist", "cifar10"] = "digits"
     data_root: str | None = None
     criterion: Literal["chance", "seed"] = "chance"
-    networks: tuple[NetName, ...] = ("mlp", "cnn")
-    n_train: int = 1000
-    depth: int = 2
-    mlp_width: int = 512
-    cnn_channels: int = 32
-    w_std: float = math.sqrt(2.0)
-    b_std: float = 0.1
+    networks: Annotated[tuple[NetName, ...], Field(min_length=1)] = ("mlp", "cnn")
+    n_train: Annotated[int, Field(ge=3)] = 1000
+    depth: Count = 2
+    mlp_width: Count = 512
+    cnn_channels: Count = 32
+    w_std: PositiveFloat = math.sqrt(2.0)
+    b_std: NonNegativeFloat = 0.1
     net_dtype: Literal["float32", "float64"] = "float32"
-    relative_range: tuple[float, float] = (1e-5, 1.0)
-    bins: int = 20
-    n_boot: int = 500
-    n_permutations: int = 20
-    permuted_tolerance: float = 0.25
-    top_k: int = 100
-    max_memory_mb: int = 1024
+    relative_range: tuple[PositiveFloat, PositiveFloat] = (1e-5, 1.0)
+    bins: Annotated[int, Field(ge=3)] = 20
+    n_boot: NonNegativeCount = 500
+    n_permutations: Count = 20
+    permuted_tolerance: PositiveFloat = 0.25
+    top_k: Count = 100
+    max_memory_mb: Count = 1024
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> LabelAlignmentConfig:
+        """networks distinct; relative_range 0 < low < high <= 1; n_train at most the data
+        set's training images; top_k <= n_train."""
+        if len(set(self.networks)) != len(self.networks):
+            raise NtklabValueError(
+                f"networks: expected distinct networks, received {list(self.networks)}"
+            )
+        low, high = self.relative_range
+        if not low < high <= 1.0:
+            raise NtklabValueError(
+                f"relative_range: expected (low, high) with 0 < low < high <= 1, received "
+                f"{self.relative_range}"
+            )
+        available = TRAIN_SIZES[self.dataset]
+        if self.n_train > available:
+            raise NtklabValueError(
+                f"n_train: expected at most {available} (the {self.dataset} training images), "
+                f"received {self.n_train}"
+            )
+        if self.top_k > self.n_train:
+            raise NtklabValueError(
+                f"top_k: expected at most n_train = {self.n_train} (eigenvectors of the "
+                f"kernel), received {self.top_k}"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -130,7 +232,7 @@ def load_images(
     if n > len(ds):
         raise NtklabValueError(f"n_train: expected at most {len(ds)} images, got {n}")
     ds = ds.subsample(n, generator)
-    x = ds.x.permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW
+    x = ds.x  # NCHW
     targets = ds.targets("centered_onehot").to(torch.float64)
     return ImageData(x, ds.labels, targets, ds.num_classes, ds.name)
 
@@ -256,19 +358,27 @@ def _range_note(fit: AlignmentSlope) -> str:
     )
 
 
-def run(config: LabelAlignmentConfig, ctx: RunContext) -> Outcome:
+def _predictions(config: LabelAlignmentConfig) -> tuple[str, str]:
+    """What the criterion predicts for the label and the residual slopes, as text."""
+    if config.criterion == "chance":
+        lo, hi = CHANCE_RESIDUAL
+        return f">= {CHANCE_LABEL_MIN} (paper: 2)", f"[{lo}, {hi}] (paper: 1)"
+    (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
+    return f"[{l_lo}, {l_hi}] (paper: 2)", f"[{lo}, {hi}] (paper: 1)"
+
+
+def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
+    """Each network's empirical NTK spectrum, label / permuted / residual energies, binned
+    slopes and the top-``top_k`` label share."""
     dtype = torch.float32 if config.net_dtype == "float32" else torch.float64
     data = load_images(
         config.dataset, config.data_root, config.n_train, ctx.generator("data"), dtype
     )
     budget = config.max_memory_mb * 2**20
     y_std = float(data.targets.std())
+    label_pred, res_pred = _predictions(config)
     metrics: list[Metric] = []
-    arrays: dict[str, np.ndarray] = {}
-    checks: list[bool] = []
-    parts: list[str] = []
-    fig = Figure(figsize=(5.2 * len(config.networks), 4.4))
-    axes = np.atleast_1d(fig.subplots(1, len(config.networks)))
+    arrays: dict[str, np.ndarray] = {"targets": data.targets.cpu().numpy()}
     for k, name in enumerate(config.networks):
         width = config.mlp_width if name == "mlp" else config.cnn_channels
         net = network(
@@ -296,17 +406,6 @@ def run(config: LabelAlignmentConfig, ctx: RunContext) -> Outcome:
             top_k=config.top_k,
             generator=ctx.generator(f"analysis-{name}"),
         )
-        if config.criterion == "chance":
-            ok_label = m.label.slope >= CHANCE_LABEL_MIN
-            ok_perm = abs(m.permuted.slope) <= config.permuted_tolerance
-            ok_share = m.top_share >= CHANCE_SHARE_MIN
-            lo, hi = CHANCE_RESIDUAL
-            checks += [ok_label, ok_perm, ok_share, lo <= m.residual.slope <= hi]
-            label_pred, res_pred = ">= 0.8 (seed: 2)", f"[{lo}, {hi}] (seed: 1)"
-        else:
-            (l_lo, l_hi), (lo, hi) = SEED_LABEL, SEED_RESIDUAL
-            checks += [l_lo <= m.label.slope <= l_hi, lo <= m.residual.slope <= hi]
-            label_pred, res_pred = f"[{l_lo}, {l_hi}] (seed: 2)", f"[{lo}, {hi}] (seed: 1)"
         metrics += [
             Metric(
                 f"label_slope[{name}]",
@@ -327,7 +426,7 @@ def run(config: LabelAlignmentConfig, ctx: RunContext) -> Outcome:
             Metric(
                 f"top{config.top_k}_label_energy[{name}]",
                 m.top_share,
-                predicted=">= 0.75" if config.criterion == "chance" else None,
+                predicted=f">= {CHANCE_SHARE_MIN}" if config.criterion == "chance" else None,
                 note=f"share of ||Y||^2 on the top {config.top_k} of {data.x.shape[0]} "
                 "eigenvectors",
             ),
@@ -347,64 +446,129 @@ def run(config: LabelAlignmentConfig, ctx: RunContext) -> Outcome:
             ),
             Metric(f"eigenvalue_max[{name}]", float(m.eigenvalues[0])),
             Metric(f"eigenvalue_min[{name}]", float(m.eigenvalues[-1])),
+            Metric(
+                f"fit_decades[{name}]",
+                m.label.decades,
+                note="decades of eigenvalues spanned by the fitted range",
+            ),
         ]
-        parts.append(
-            f"{name}: label slope {m.label.slope:.2f} (seed 2), permuted {m.permuted.slope:.2f}, "
-            f"top-{config.top_k} share {m.top_share:.2f}, residual slope {m.residual.slope:.2f} "
-            f"(seed 1) over {m.label.decades:.1f} decades"
-        )
+        arrays[f"f0_{name}"] = f0.detach().to(torch.float64).cpu().numpy()
         arrays[f"eigenvalues_{name}"] = m.eigenvalues.cpu().numpy()
         arrays[f"label_energy_{name}"] = m.label_energy.cpu().numpy()
         arrays[f"permuted_energy_{name}"] = m.permuted_energy.cpu().numpy()
         arrays[f"residual_energy_{name}"] = m.residual_energy.cpu().numpy()
-        ax = axes[k]
-        lam = m.eigenvalues.cpu().numpy()
-        pos = lam > 0
-        ax.loglog(lam[pos], m.label_energy.cpu().numpy()[pos], ".", color="C0", ms=1.5, alpha=0.25)
-        for fit, label, color, marker in (
-            (m.label, "labels", "C0", "o"),
-            (m.permuted, "permuted labels", "C7", "x"),
-            (m.residual, "residual $r_0$", "C3", "s"),
-        ):
-            c = fit.bins.centers.cpu().numpy()
-            e = fit.bins.mean_energy.cpu().numpy()
-            ax.loglog(c, e, marker, color=color, ms=4, label=f"{label}: slope {fit.slope:.2f}")
-            ax.loglog(c, math.exp(fit.intercept) * c**fit.slope, "-", color=color, lw=1)
-        c = m.label.bins.centers.cpu().numpy()
-        mid = float(np.exp(np.log(c).mean()))
-        anchor = math.exp(m.label.intercept) * mid**m.label.slope
-        ax.loglog(c, anchor * (c / mid) ** 2, "k:", lw=1, label="seed: slope 2")
-        anchor_r = math.exp(m.residual.intercept) * mid**m.residual.slope
-        ax.loglog(c, anchor_r * (c / mid), "k--", lw=0.8, label="seed: slope 1")
-        ax.set(
-            xlabel=r"eigenvalue $\lambda_i$",
-            ylabel=r"$\|v_i^\top y\|^2$ (binned mean)",
-            title=f"{name} on {data.name}, n={data.x.shape[0]}",
-        )
-        ax.legend(fontsize=7)
-        ctx.progress((k + 1) / len(config.networks), parts[-1])
-    fig.tight_layout()
-    passed = all(checks)
-    crit = (
-        "chance: label >= 0.8, |permuted| <= "
-        f"{config.permuted_tolerance}, top-{config.top_k} >= 0.75, residual in [0.8, 1.5]"
-        if config.criterion == "chance"
-        else "seed: label in [1.6, 2.4], residual in [0.7, 1.3]"
-    )
+        for kind, fit in zip(_FITS, (m.label, m.permuted, m.residual), strict=True):
+            arrays[f"{kind}_bin_centers_{name}"] = fit.bins.centers.cpu().numpy()
+            arrays[f"{kind}_bin_energy_{name}"] = fit.bins.mean_energy.cpu().numpy()
+            arrays[f"{kind}_fit_{name}"] = np.array([fit.slope, fit.intercept])
+        ctx.progress((k + 1) / len(config.networks), f"{name}: slopes")
     notes = (
-        f"criterion {crit}",
         f"targets: centered one-hot labels (std {y_std:.3f}); residual r_0 = f_0 - Y with f_0 "
         "the network's own random initial output (std reported as f0_std)",
         f"fit range: eigenvalues in {config.relative_range} x lambda_1, {config.bins} log bins",
     )
-    return Outcome(
-        metrics=tuple(metrics),
-        passed=passed,
-        summary=f"{data.name}: " + "; ".join(parts),
-        figures={"label_alignment": fig},
-        arrays=arrays,
-        notes=notes,
+    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=notes)
+
+
+def _architecture_text(config: LabelAlignmentConfig) -> str:
+    parts = {
+        "mlp": f"an MLP of width {config.mlp_width}",
+        "cnn": f"a CNN of {config.cnn_channels} channels",
+    }
+    return " and ".join(parts[name] for name in config.networks)
+
+
+def judge(config: LabelAlignmentConfig, metrics: Metrics) -> Judgement:
+    """``criterion="chance"``: label slope >= :data:`CHANCE_LABEL_MIN`, \\|permuted slope\\| <=
+    ``permuted_tolerance``, top-``top_k`` share >= :data:`CHANCE_SHARE_MIN`, residual slope in
+    :data:`CHANCE_RESIDUAL`; ``criterion="seed"``: label slope in :data:`PAPER_LABEL`,
+    residual slope in :data:`PAPER_RESIDUAL`; for every network."""
+    checks: list[bool] = []
+    parts: list[str] = []
+    for name in config.networks:
+        label = metrics[f"label_slope[{name}]"].value
+        permuted = metrics[f"permuted_label_slope[{name}]"].value
+        share = metrics[f"top{config.top_k}_label_energy[{name}]"].value
+        residual = metrics[f"residual_slope[{name}]"].value
+        decades = metrics[f"fit_decades[{name}]"].value
+        if config.criterion == "chance":
+            lo, hi = CHANCE_RESIDUAL
+            checks += [
+                label >= CHANCE_LABEL_MIN,
+                abs(permuted) <= config.permuted_tolerance,
+                share >= CHANCE_SHARE_MIN,
+                lo <= residual <= hi,
+            ]
+        else:
+            (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
+            checks += [l_lo <= label <= l_hi, lo <= residual <= hi]
+        parts.append(
+            f"{name}: label slope {label:.2f} (paper: 2), permuted {permuted:.2f}, "
+            f"top-{config.top_k} share {share:.2f}, residual slope {residual:.2f} (paper: 1) "
+            f"over {decades:.1f} decades"
+        )
+    low, high = config.relative_range
+    grid = (
+        f"{config.n_train} {_TITLES[config.dataset]} images, {_architecture_text(config)} "
+        f"(depth {config.depth}) at initialization, binned log-log slopes over the eigenvalues "
+        f"in [{low:g}, {high:g}] x lambda_1 ({config.bins} bins)"
     )
+    if config.criterion == "chance":
+        lo, hi = CHANCE_RESIDUAL
+        rule = (
+            f"label slope >= {CHANCE_LABEL_MIN}, |permuted-label slope| <= "
+            f"{config.permuted_tolerance:g} ({config.n_permutations} shuffles), share of "
+            f"||Y||^2 on the top {config.top_k} eigenvectors >= {CHANCE_SHARE_MIN}, residual "
+            f"slope in [{lo}, {hi}]"
+        )
+    else:
+        (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
+        rule = f"label slope in [{l_lo}, {l_hi}] and residual slope in [{lo}, {hi}]"
+    return Judgement(
+        passed=all(checks),
+        summary=f"{_TITLES[config.dataset]}: " + "; ".join(parts),
+        criterion=f"{grid}: for every network, {rule}",
+    )
+
+
+def draw(
+    config: LabelAlignmentConfig, metrics: Metrics, arrays: Mapping[str, Any]
+) -> dict[str, Figure]:
+    """One log-log panel per network: label energies, the binned label, permuted-label and
+    residual energies with their fitted lines, and the paper's slopes 2 and 1."""
+    fig = Figure(figsize=(5.2 * len(config.networks), 4.4))
+    axes = np.atleast_1d(fig.subplots(1, len(config.networks)))
+    for ax, name in zip(axes, config.networks, strict=True):
+        lam = arrays[f"eigenvalues_{name}"]
+        pos = lam > 0
+        energy = arrays[f"label_energy_{name}"]
+        ax.loglog(lam[pos], energy[pos], ".", color="C0", ms=1.5, alpha=0.25)
+        for kind, label, color, marker in (
+            ("label", "labels", "C0", "o"),
+            ("permuted", "permuted labels", "C7", "x"),
+            ("residual", "residual $r_0$", "C3", "s"),
+        ):
+            c = arrays[f"{kind}_bin_centers_{name}"]
+            e = arrays[f"{kind}_bin_energy_{name}"]
+            slope, intercept = arrays[f"{kind}_fit_{name}"]
+            ax.loglog(c, e, marker, color=color, ms=4, label=f"{label}: slope {slope:.2f}")
+            ax.loglog(c, math.exp(intercept) * c**slope, "-", color=color, lw=1)
+        c = arrays[f"label_bin_centers_{name}"]
+        mid = float(np.exp(np.log(c).mean()))
+        slope, intercept = arrays[f"label_fit_{name}"]
+        anchor = math.exp(intercept) * mid**slope
+        ax.loglog(c, anchor * (c / mid) ** 2, "k:", lw=1, label="paper: slope 2")
+        slope_r, intercept_r = arrays[f"residual_fit_{name}"]
+        anchor_r = math.exp(intercept_r) * mid**slope_r
+        ax.loglog(c, anchor_r * (c / mid), "k--", lw=0.8, label="paper: slope 1")
+        ax.set(
+            xlabel=r"eigenvalue $\lambda_i$",
+            ylabel=r"$\|v_i^\top y\|^2$ (binned mean)",
+            title=f"{name} on {_TITLES[config.dataset]}, n={lam.shape[0]}",
+        )
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return {"label_alignment": fig}
 
 
 EXPERIMENT = register(
@@ -414,7 +578,7 @@ EXPERIMENT = register(
         claim=(
             "Labels align with the top of the empirical NTK's spectrum, (v_i^T y)^2 ~ "
             "lambda_i^2 (slope 2), and the initial residual as (v_i^T r_0)^2 ~ lambda_i "
-            "(slope 1), for MLPs and CNNs at initialization (seed 003)."
+            "(slope 1), for MLPs and CNNs at initialization."
         ),
         criterion=(
             "digits (quick): for an MLP and a small CNN, binned log-log label slope >= 0.8 "
@@ -444,6 +608,8 @@ EXPERIMENT = register(
                 "max_memory_mb": 16384,
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )

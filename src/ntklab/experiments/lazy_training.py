@@ -1,13 +1,16 @@
 """C3 ``lazy-training``: wide networks in NTK parameterization barely move their kernel; muP
-networks do (seed 002, gotchas 1.1 and 1.2).
+networks do.
 
-Claim (CLAIMS.md C3): a depth-3 network in NTK parameterization trained by full-batch GD at
-half the critical learning rate to a small loss changes its tangent kernel by
+Claim: a depth-3 network in NTK parameterization trained by full-batch GD at half the critical
+learning rate to a small loss changes its tangent kernel by
 :math:`\\|\\Theta_T - \\Theta_0\\|_F / \\|\\Theta_0\\|_F = O(1/m)` in the width :math:`m`
-(Dyer & Gur-Ari arXiv:1909.11304; Lee et al. arXiv:1902.06720 bound it by
-:math:`O(m^{-1/2})`), and stays within :math:`O(m^{-1/2})` of its linearization; the same
-network in muP (Yang & Hu arXiv:2011.14522) keeps an :math:`O(1)` kernel change (feature
-learning).
+(Dyer & Gur-Ari, 2020, "Asymptotics of wide networks from Feynman diagrams",
+arXiv:1909.11304; Lee et al., 2019, "Wide neural networks of any depth evolve as linear models
+under gradient descent", arXiv:1902.06720, bound it by :math:`O(m^{-1/2})`), and stays within
+:math:`O(m^{-1/2})` of its linearization (lazy training: Chizat, Oyallon & Bach, 2019, "On lazy
+training in differentiable programming"); the same network in muP (Yang & Hu, 2021, "Feature
+learning in infinite-width neural networks", arXiv:2011.14522) keeps an :math:`O(1)` kernel
+change (feature learning).
 
 Data, computation, measurement, verdict, figure:
 
@@ -24,6 +27,10 @@ Data, computation, measurement, verdict, figure:
 3. the same network in muP (``parameterization="mup"``), trained the same way;
 4. log-log slopes vs width of the seed-averaged curves, with seed-bootstrap intervals
    (:func:`~ntklab.analysis.fit_power_law_bootstrap`).
+
+:func:`measure` computes 1-4 and stores the data and the per-seed curves; :func:`judge`
+applies the criterion (constants :data:`NTK_DRIFT_RANGE`, :data:`RMSE_MAX_SLOPE`,
+:data:`MUP_RANGE`); :func:`draw` plots the stored curves and fits.
 """
 
 from __future__ import annotations
@@ -31,45 +38,109 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import Literal
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from .. import kernels as nk
-from ..analysis import fit_power_law_bootstrap
+from ..analysis import BootstrapPowerLawFit, fit_power_law_bootstrap
 from ..data import uniform_sphere
 from ..dynamics import linearized_dynamics
 from ..empirical import ntk
-from ..errors import NumericalWarning
+from ..errors import NtklabValueError, NumericalWarning
 from ..nets import train
 from ..predict import max_learning_rate
-from . import Experiment, ExperimentConfig, Metric, Outcome, RunContext, register
+from . import (
+    Count,
+    Experiment,
+    ExperimentConfig,
+    Judgement,
+    Measurement,
+    Metric,
+    Metrics,
+    PositiveFloat,
+    RunContext,
+    register,
+)
 
-__all__ = ["LazyTrainingConfig", "linearized_test_outputs", "mlp"]
+__all__ = [
+    "MUP_RANGE",
+    "NTK_DRIFT_RANGE",
+    "RMSE_MAX_SLOPE",
+    "LazyTrainingConfig",
+    "draw",
+    "judge",
+    "linearized_test_outputs",
+    "measure",
+    "mlp",
+]
 
+#: Accepted log-log slope in the width of the NTK-parameterized kernel change (Dyer &
+#: Gur-Ari: -1; the bound of Lee et al.: -1/2).
 NTK_DRIFT_RANGE = (-1.1, -0.65)
+#: Largest accepted log-log slope of the RMSE between the network and its linearization
+#: (theory: -1/2).
 RMSE_MAX_SLOPE = -0.4
+#: Accepted log-log slope of the muP kernel change (O(1): 0).
 MUP_RANGE = (-0.15, 0.15)
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class LazyTrainingConfig(ExperimentConfig):
-    """Grid of ``lazy-training``."""
+    """Grid of ``lazy-training``.
 
-    dim: int = 8
-    n_train: int = 32
-    n_test: int = 32
-    depth: int = 3
-    w_std: float = math.sqrt(2.0)
-    b_std: float = 0.1
-    widths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
-    seeds: int = 3
-    steps: int = 100
-    lr_fraction: float = 0.5
+    Parameters
+    ----------
+    dim : int
+        Dimension of the inputs on :math:`S^{dim-1}`, >= 3 (the target reads 3 coordinates).
+    n_train, n_test : int
+        Training and test points, >= 1.
+    depth : int
+        Hidden ReLU layers, >= 1.
+    w_std, b_std : float
+        Weight (> 0) and hidden-bias (>= 0) standard deviations.
+    widths : tuple of int
+        Widths, strictly increasing, at least 3 (a slope with an interval), each >= 1.
+    seeds : int
+        Networks per width, >= 2 (the interval resamples them).
+    steps : int
+        GD steps, >= 1.
+    lr_fraction : float
+        The learning rate as a fraction of the critical one, in (0, 1).
+    net_dtype : {"float32", "float64"}
+        Precision of the finite networks.
+    n_boot : int
+        Bootstrap resamples of the seeds, >= 1.
+    """
+
+    dim: Annotated[int, Field(ge=3)] = 8
+    n_train: Count = 32
+    n_test: Count = 32
+    depth: Count = 3
+    w_std: PositiveFloat = math.sqrt(2.0)
+    b_std: NonNegativeFloat = 0.1
+    widths: Annotated[tuple[Count, ...], Field(min_length=3)] = (64, 128, 256, 512, 1024, 2048)
+    seeds: Annotated[int, Field(ge=2)] = 3
+    steps: Count = 100
+    lr_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
     net_dtype: Literal["float32", "float64"] = "float32"
-    n_boot: int = 2000
+    n_boot: Count = 2000
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> LazyTrainingConfig:
+        """widths strictly increasing."""
+        if any(b <= a for a, b in pairwise(self.widths)):
+            raise NtklabValueError(
+                f"widths: expected strictly increasing values, received {list(self.widths)}"
+            )
+        return self
 
 
 def mlp(depth: int, w_std: float, b_std: float) -> nk.Architecture:
@@ -113,7 +184,9 @@ def _train(
     return float(drift[-1]), float(run.history.train_loss[-1]), False
 
 
-def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
+def measure(config: LazyTrainingConfig, ctx: RunContext) -> Measurement:
+    """Kernel change and distance to the linearization in both parameterizations, per seed
+    and width, and their power laws in the width."""
     ndt = torch.float32 if config.net_dtype == "float32" else torch.float64
     gen = ctx.generator("data")
     n, d = config.n_train, config.dim
@@ -152,28 +225,38 @@ def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
             done += 1
             ctx.progress(done / jobs, f"seed {s}, width {width}")
 
+    arrays: dict[str, np.ndarray] = {
+        "x_train": x_train.numpy(),
+        "y_train": y[:, 0].numpy(),
+        "x_test": x_test.numpy(),
+        "widths": widths,
+        "drift_ntk": drift_ntk,
+        "drift_mup": drift_mup,
+        "rmse": rmse,
+        "loss_ntk": loss_ntk,
+        "loss_mup": loss_mup,
+        "eta_c_mup": eta_c_mup,
+    }
     if diverged:
         note = "diverged: " + ", ".join(diverged)
         failed = (Metric("diverged_runs", float(len(diverged)), predicted="0", note=note),)
-        return Outcome(
-            metrics=failed,
-            passed=False,
-            summary=note,
-            arrays={"widths": widths, "drift_ntk": drift_ntk, "drift_mup": drift_mup},
+        return Measurement(metrics=failed, arrays=arrays, notes=(note,))
+
+    def fit(values: np.ndarray, stream: str) -> BootstrapPowerLawFit:
+        return fit_power_law_bootstrap(
+            widths, values, n_boot=config.n_boot, generator=ctx.generator(stream)
         )
 
-    f_ntk = fit_power_law_bootstrap(
-        widths, drift_ntk, n_boot=config.n_boot, generator=ctx.generator("boot-ntk")
+    f_ntk, f_rmse, f_mup = (
+        fit(drift_ntk, "boot-ntk"),
+        fit(rmse, "boot-rmse"),
+        fit(drift_mup, "boot-mup"),
     )
-    f_rmse = fit_power_law_bootstrap(
-        widths, rmse, n_boot=config.n_boot, generator=ctx.generator("boot-rmse")
-    )
-    f_mup = fit_power_law_bootstrap(
-        widths, drift_mup, n_boot=config.n_boot, generator=ctx.generator("boot-mup")
-    )
-    ntk_ok = NTK_DRIFT_RANGE[0] <= f_ntk.slope <= NTK_DRIFT_RANGE[1]
-    rmse_ok = f_rmse.slope <= RMSE_MAX_SLOPE
-    mup_ok = MUP_RANGE[0] <= f_mup.slope <= MUP_RANGE[1]
+    arrays |= {
+        "fit_drift_ntk": f_ntk.predict(widths),
+        "fit_rmse": f_rmse.predict(widths),
+        "fit_drift_mup": f_mup.predict(widths),
+    }
     to_one = abs(f_ntk.slope + 1.0)
     to_half = abs(f_ntk.slope + 0.5)
     mean_mup = drift_mup.mean(axis=0)
@@ -225,13 +308,73 @@ def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
             f"{config.steps} steps",
         ),
         Metric("final_loss_mup_max", float(loss_mup.max())),
+        Metric("diverged_runs", 0.0, predicted="0"),
+    )
+    return Measurement(
+        metrics=metrics,
+        arrays=arrays,
+        notes=(
+            "the network has no output bias: ntklab's muP gives the output bias a multiplier "
+            "sqrt(width), which makes the muP tangent kernel grow linearly with the width",
+            "the linearization is trained in closed form (empirical NTK at initialization, "
+            "discrete GD, float64), identical to train(linearize(net))",
+        ),
     )
 
+
+def judge(config: LazyTrainingConfig, metrics: Metrics) -> Judgement:
+    """NTK kernel-change slope in :data:`NTK_DRIFT_RANGE`, linearization-RMSE slope at most
+    :data:`RMSE_MAX_SLOPE`, muP kernel-change slope in :data:`MUP_RANGE`, no run diverged."""
+    widths = ", ".join(str(w) for w in config.widths)
+    criterion = (
+        f"over widths {widths} ({config.seeds} seeds, depth {config.depth}, "
+        f"{config.steps} GD steps at {config.lr_fraction:g} eta_c, {config.n_train} training "
+        f"points on S^{config.dim - 1}), the log-log slope of the seed-mean relative kernel "
+        f"change is in [{NTK_DRIFT_RANGE[0]}, {NTK_DRIFT_RANGE[1]}] (NTK parameterization), "
+        f"that of the test RMSE between the network and its linearization is <= "
+        f"{RMSE_MAX_SLOPE}, and that of the muP kernel change is in [{MUP_RANGE[0]}, "
+        f"{MUP_RANGE[1]}]; no run diverges"
+    )
+    diverged = metrics["diverged_runs"]
+    if diverged.value != 0 or "ntk_kernel_change_slope" not in metrics:
+        summary = f"{diverged.value:g} runs diverged; {diverged.note}".rstrip("; ")
+        return Judgement(passed=False, summary=summary, criterion=criterion)
+    ntk_fit = metrics["ntk_kernel_change_slope"]
+    ntk_slope = ntk_fit.value
+    rmse_slope = metrics["linearization_rmse_slope"].value
+    mup_slope = metrics["mup_kernel_change_slope"].value
+    mup_min = metrics["mup_kernel_change_min"].value
+    mup_max = metrics["mup_kernel_change_max"].value
+    ci_low = math.nan if ntk_fit.ci_low is None else ntk_fit.ci_low
+    ci_high = math.nan if ntk_fit.ci_high is None else ntk_fit.ci_high
+    ntk_ok = NTK_DRIFT_RANGE[0] <= ntk_slope <= NTK_DRIFT_RANGE[1]
+    rmse_ok = rmse_slope <= RMSE_MAX_SLOPE
+    mup_ok = MUP_RANGE[0] <= mup_slope <= MUP_RANGE[1]
+    summary = (
+        f"NTK kernel change slope {ntk_slope:.3f} [{ci_low:.2f}, {ci_high:.2f}] "
+        f"(predicted in [{NTK_DRIFT_RANGE[0]}, {NTK_DRIFT_RANGE[1]}]; -1 Dyer & Gur-Ari, -1/2 "
+        f"Lee et al. bound); linearization RMSE slope {rmse_slope:.3f} (predicted <= "
+        f"{RMSE_MAX_SLOPE}); muP kernel change {mup_min:.2f}..{mup_max:.2f}, slope "
+        f"{mup_slope:.3f} (predicted in [{MUP_RANGE[0]}, {MUP_RANGE[1]}])"
+    )
+    return Judgement(passed=ntk_ok and rmse_ok and mup_ok, summary=summary, criterion=criterion)
+
+
+def draw(
+    config: LazyTrainingConfig, metrics: Metrics, arrays: Mapping[str, Any]
+) -> dict[str, Figure]:
+    """Kernel change vs width in both parameterizations, and the distance to the
+    linearization vs width, per seed, seed means and fitted power laws (none when a run
+    diverged)."""
+    if "fit_drift_ntk" not in arrays:
+        return {}
+    widths = arrays["widths"]
+    drift_ntk, rmse = arrays["drift_ntk"], arrays["rmse"]
     fig = Figure(figsize=(11.0, 4.2))
     ax1, ax2 = fig.subplots(1, 2)
-    for values, fitted, label, color in (
-        (drift_ntk, f_ntk, "NTK param.", "C0"),
-        (drift_mup, f_mup, "muP", "C3"),
+    for values, fitted, slope, label, color in (
+        (drift_ntk, arrays["fit_drift_ntk"], "ntk_kernel_change_slope", "NTK param.", "C0"),
+        (arrays["drift_mup"], arrays["fit_drift_mup"], "mup_kernel_change_slope", "muP", "C3"),
     ):
         for row in values:
             ax1.loglog(widths, row, ".", color=color, alpha=0.35)
@@ -240,16 +383,16 @@ def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
             values.mean(axis=0),
             "o",
             color=color,
-            label=f"{label}: slope {fitted.slope:.2f}",
+            label=f"{label}: slope {metrics[slope].value:.2f}",
         )
-        ax1.loglog(widths, fitted.predict(widths), "-", color=color, lw=1)
+        ax1.loglog(widths, fitted, "-", color=color, lw=1)
     ref = drift_ntk.mean(axis=0)[0]
     ax1.loglog(widths, ref * (widths / widths[0]) ** -1.0, "k--", lw=0.8, label="slope -1")
     ax1.loglog(widths, ref * (widths / widths[0]) ** -0.5, "k:", lw=0.8, label="slope -1/2")
     ax1.set(
         xlabel="width m",
         ylabel=r"$\|\Theta_T-\Theta_0\|_F/\|\Theta_0\|_F$",
-        title=f"kernel change after {config.steps} GD steps, lr = eta_c/2",
+        title=f"kernel change after {config.steps} GD steps, lr = {config.lr_fraction:g} eta_c",
     )
     ax1.legend(fontsize=8)
     for row in rmse:
@@ -259,9 +402,9 @@ def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
         rmse.mean(axis=0),
         "o",
         color="C0",
-        label=f"network vs linearization: slope {f_rmse.slope:.2f}",
+        label=f"network vs linearization: slope {metrics['linearization_rmse_slope'].value:.2f}",
     )
-    ax2.loglog(widths, f_rmse.predict(widths), "-", color="C0", lw=1)
+    ax2.loglog(widths, arrays["fit_rmse"], "-", color="C0", lw=1)
     ax2.loglog(
         widths,
         rmse.mean(axis=0)[0] * (widths / widths[0]) ** -0.5,
@@ -272,34 +415,7 @@ def run(config: LazyTrainingConfig, ctx: RunContext) -> Outcome:
     ax2.set(xlabel="width m", ylabel="test RMSE", title="NTK param.: distance to linearization")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-
-    summary = (
-        f"NTK kernel change slope {f_ntk.slope:.3f} [{f_ntk.ci_low:.2f}, {f_ntk.ci_high:.2f}] "
-        f"(predicted in [-1.1, -0.65]; -1 Dyer & Gur-Ari, -1/2 Lee et al. bound); "
-        f"linearization RMSE slope {f_rmse.slope:.3f} (predicted <= -0.4); muP kernel change "
-        f"{mean_mup.min():.2f}..{mean_mup.max():.2f}, slope {f_mup.slope:.3f} (predicted in "
-        "[-0.15, 0.15])"
-    )
-    return Outcome(
-        metrics=metrics,
-        passed=ntk_ok and rmse_ok and mup_ok,
-        summary=summary,
-        figures={"lazy_training": fig},
-        arrays={
-            "widths": widths,
-            "drift_ntk": drift_ntk,
-            "drift_mup": drift_mup,
-            "rmse": rmse,
-            "loss_ntk": loss_ntk,
-            "loss_mup": loss_mup,
-        },
-        notes=(
-            "the network has no output bias: ntklab's muP gives the output bias a multiplier "
-            "sqrt(width), which makes the muP tangent kernel grow linearly with the width",
-            "the linearization is trained in closed form (empirical NTK at initialization, "
-            "discrete GD, float64), identical to train(linearize(net))",
-        ),
-    )
+    return {"lazy_training": fig}
 
 
 EXPERIMENT = register(
@@ -337,6 +453,8 @@ EXPERIMENT = register(
                 "n_train": 64,
             },
         },
-        legacy_run=run,
+        measure=measure,
+        judge=judge,
+        draw=draw,
     )
 )
