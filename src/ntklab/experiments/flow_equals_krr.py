@@ -525,6 +525,13 @@ EXPERIMENT = register(
             "change from dropping f_0 over the predicted NNGP-driven variance in [0.9, 1.1] at "
             "every time"
         ),
+        reported=(
+            "gradient flow on the NTK reaches the min-norm interpolant as t -> inf; GD -> flow at"
+            " first order; dropping f_0 changes predictions by the NNGP variance (Jacot et al. "
+            "2018; Lee et al. 2019)"
+        ),
+        headline=("flow_t_inf_vs_min_norm", "flow_vs_expm_max", "gd_to_flow_order"),
+        dataset="synthetic: random points on S^{d-1}",
         config_type=FlowEqualsKrrConfig,
         scales={
             "tiny": {"n_train": 12, "n_test": 6, "width": 64, "members": 200, "chunk": 200},

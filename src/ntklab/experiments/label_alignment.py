@@ -586,6 +586,14 @@ EXPERIMENT = register(
             "slope (random nonzero f_0) in [0.8, 1.5]; CIFAR-10 (paper): label slope in "
             "[1.6, 2.4] and residual slope in [0.7, 1.3]"
         ),
+        reported="label slope 2 and residual slope 1 on CIFAR-10 for MLPs and CNNs",
+        headline=(
+            "label_slope[mlp]",
+            "label_slope[cnn]",
+            "residual_slope[mlp]",
+            "residual_slope[cnn]",
+        ),
+        dataset="scikit-learn digits (8x8)",
         config_type=LabelAlignmentConfig,
         scales={
             "tiny": {

@@ -434,6 +434,12 @@ EXPERIMENT = register(
             "and its linearization is <= -0.4, and that of the muP kernel change is in "
             "[-0.15, 0.15]"
         ),
+        reported=(
+            "relative kernel change O(1/m) in NTK parameterization (Dyer & Gur-Ari 2020); O(1) in"
+            " muP (feature learning)"
+        ),
+        headline=("ntk_kernel_change_slope", "linearization_rmse_slope", "mup_kernel_change_slope"),
+        dataset="synthetic: random points on S^{d-1}, teacher targets",
         config_type=LazyTrainingConfig,
         scales={
             "tiny": {

@@ -437,7 +437,7 @@ def sphere_eigenvalues(
     Examples
     --------
     >>> mu = sphere_eigenvalues(lambda t: t**2, 3, 3)  # t^2 = 1/3 P_0 + 2/3 P_2 on S^2
-    >>> torch.round(mu * harmonic_multiplicities(3, 3), decimals=12)
+    >>> torch.round(mu * harmonic_multiplicities(3, 3), decimals=12) + 0.0  # + 0.0: no "-0."
     tensor([0.3333, 0.0000, 0.6667, 0.0000], dtype=torch.float64)
     """
     d = _check_dim(dim)
