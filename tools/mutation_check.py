@@ -33,8 +33,7 @@ def test_file_of(name: str) -> Path:
     from ntklab.experiments import get_experiment
 
     exp = get_experiment(name)
-    step = exp.measure if exp.measure is not None else exp.legacy_run
-    module = getattr(step, "__module__", "").rsplit(".", 1)[-1]
+    module = exp.measure.__module__.rsplit(".", 1)[-1]
     direct = TESTS / f"test_{module}.py"
     if direct.is_file():
         return direct

@@ -258,4 +258,4 @@ def test_kernel_regression_matches_a_direct_solve() -> None:
 def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
-    assert exp.legacy_run is None and exp.measure is not None
+    assert exp.measure is not None

@@ -323,4 +323,4 @@ def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert exp.claim_id == "E1"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
-    assert exp.legacy_run is None and exp.measure is not None
+    assert exp.measure is not None

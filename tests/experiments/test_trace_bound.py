@@ -289,4 +289,4 @@ def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert exp.claim_id == "D2"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
-    assert exp.legacy_run is None and exp.measure is not None
+    assert exp.measure is not None

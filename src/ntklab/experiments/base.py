@@ -515,10 +515,9 @@ class Experiment:
     criterion: str
     config_type: type[ExperimentConfig]
     scales: Mapping[str, Mapping[str, Any]]
-    measure: Callable[[Any, RunContext], Measurement] | None = None
-    judge: Callable[[Any, Metrics], Judgement] | None = None
-    draw: Callable[[Any, Metrics, Mapping[str, Any]], Mapping[str, Figure]] | None = None
-    legacy_run: Callable[[Any, RunContext], Outcome] | None = None
+    measure: Callable[[Any, RunContext], Measurement]
+    judge: Callable[[Any, Metrics], Judgement]
+    draw: Callable[[Any, Metrics, Mapping[str, Any]], Mapping[str, Figure]]
     reported: str = ""
     headline: tuple[str, ...] = ()
     dataset: str = ""
@@ -541,13 +540,12 @@ class Experiment:
                 f"Experiment {self.name!r} config_type: expected a subclass of "
                 f"ExperimentConfig, received {self.config_type!r}"
             )
-        if self.legacy_run is None:
-            for step in ("measure", "judge", "draw"):
-                if not callable(getattr(self, step)):
-                    raise NtklabTypeError(
-                        f"Experiment {self.name!r} {step}: expected a callable, "
-                        f"received {type(getattr(self, step)).__name__}"
-                    )
+        for step in ("measure", "judge", "draw"):
+            if not callable(getattr(self, step)):
+                raise NtklabTypeError(
+                    f"Experiment {self.name!r} {step}: expected a callable, "
+                    f"received {type(getattr(self, step)).__name__}"
+                )
         missing = [s for s in REQUIRED_SCALES if s not in self.scales]
         if missing:
             raise NtklabValueError(
@@ -558,9 +556,6 @@ class Experiment:
 
     def run(self, config: ExperimentConfig, ctx: RunContext) -> Outcome:
         """``measure``, then ``judge`` and ``draw`` on what it measured, as one Outcome."""
-        if self.legacy_run is not None:
-            return self.legacy_run(config, ctx)
-        assert self.measure is not None and self.judge is not None and self.draw is not None
         measurement = self.measure(config, ctx)
         if not isinstance(measurement, Measurement):
             raise NtklabTypeError(

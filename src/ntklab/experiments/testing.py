@@ -81,19 +81,18 @@ def run_tiny(experiment: Experiment | str, out_root: Path, **overrides: str) -> 
             f"{result.experiment}: a tiny run is a smoke run, got {result.verdict}"
         )
     exp = experiment if isinstance(experiment, Experiment) else get_experiment(experiment)
-    if exp.judge is not None:
-        config = exp.config_type.model_validate(result.config)
-        again = exp.judge(config, metrics_by_name(result.metrics))
-        if again.passed != result.criterion_met:
-            raise AssertionError(
-                f"{result.experiment}: judge gives {again.passed} on the recorded metrics, "
-                f"the run recorded criterion_met={result.criterion_met}"
-            )
-        if again.criterion != result.criterion:
-            raise AssertionError(
-                f"{result.experiment}: judge's criterion {again.criterion!r} differs from the "
-                f"recorded {result.criterion!r}"
-            )
+    config = exp.config_type.model_validate(result.config)
+    again = exp.judge(config, metrics_by_name(result.metrics))
+    if again.passed != result.criterion_met:
+        raise AssertionError(
+            f"{result.experiment}: judge gives {again.passed} on the recorded metrics, "
+            f"the run recorded criterion_met={result.criterion_met}"
+        )
+    if again.criterion != result.criterion:
+        raise AssertionError(
+            f"{result.experiment}: judge's criterion {again.criterion!r} differs from the "
+            f"recorded {result.criterion!r}"
+        )
     for path in result.figure_paths:
         if not path.is_file():
             raise AssertionError(f"{result.experiment}: figure {path} was not written")
