@@ -97,3 +97,19 @@ def test_bad_input(gen: torch.Generator, tmp_path: Path) -> None:
         kernel_array(_arch(), x, torch.randn(4, 2, generator=gen, dtype=torch.float64))
     with pytest.raises(NtklabValueError, match="path: expected a zarr array"):
         read_zarr(tmp_path / "missing.zarr")
+
+
+def test_tiles_fit_max_memory(gen: torch.Generator) -> None:
+    """A tile of c x c entries needs 8 (7 c^2 + 4 c d + 8 c) bytes in float64 (both kernels,
+    four temporaries and the host copy, the scaled inputs): c = 4 with d = 3 needs 1,536."""
+    x = torch.randn(30, 3, generator=gen, dtype=torch.float64)
+    k = kernel_array(_arch(), x, max_memory=1_600)  # the default chunk shrinks to fit
+    assert k.chunks[0][0] == 4
+    torch.testing.assert_close(torch.from_numpy(k.compute()), _arch().kernel(x).ntk)
+    assert kernel_array(_arch(), x, max_memory=2**30).chunks == ((30,), (30,))
+    with pytest.raises(NtklabValueError, match=r"chunk: expected a tile that fits max_memory"):
+        kernel_array(_arch(), x, chunk=8, max_memory=1_600)
+    with pytest.raises(NtklabValueError, match="max_memory: expected at least"):
+        kernel_array(_arch(), x, max_memory=10)
+    with pytest.raises(NtklabTypeError, match="max_memory"):
+        kernel_array(_arch(), x, max_memory=1e9)  # type: ignore[arg-type]

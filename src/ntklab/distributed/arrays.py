@@ -3,13 +3,17 @@
 A kernel matrix :math:`K_{ij} = k(x^{(1)}_i, x^{(2)}_j)` of an
 :class:`~ntklab.kernels.Architecture` is split into square tiles of ``chunk x chunk`` entries;
 each tile is one call of ``arch.kernel`` on two row blocks of the inputs, so memory per tile
-is bounded by the chunk size and never by ``n1 * n2``. The tiles form a lazy
-:class:`dask.array.Array`; :func:`kernel_to_zarr` streams them into a zarr array on disk.
+is bounded by the chunk size and never by ``n1 * n2``. The chunk is the largest (at most
+:data:`DEFAULT_CHUNK`) whose tile fits ``max_memory`` (default: the policy of
+:mod:`ntklab.memory`), and a given chunk whose tile does not fit is refused before any tile
+is computed. The tiles form a lazy :class:`dask.array.Array`; :func:`kernel_to_zarr` streams
+them into a zarr array on disk.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,6 +22,7 @@ from torch import Tensor
 
 from ntklab._checks import check_inputs, check_positive_int
 from ntklab.errors import NtklabTypeError, NtklabValueError
+from ntklab.memory import format_bytes, resolve_max_memory
 
 from ._deps import require
 
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CHUNK", "kernel_array", "kernel_to_zarr", "read_zarr"]
 
+#: Rows and columns of a tile when ``chunk`` is not given and ``max_memory`` allows it.
 DEFAULT_CHUNK = 4096
 
 Which = Literal["ntk", "nngp"]
@@ -46,6 +52,45 @@ def _check_arch(arch: object) -> None:
         )
 
 
+def _tile_bytes(arch: Architecture, which: Which, chunk: int, d: int, dtype: torch.dtype) -> int:
+    """Bytes one ``chunk x chunk`` tile takes while it is computed: the kernel recursion's
+    scratch (:meth:`ntklab.solvers.ArchitectureKernel.block_bytes`: both kernels and four
+    temporaries) and the tile's host copy."""
+    from ntklab.solvers.operator import ArchitectureKernel
+
+    item = torch.empty((), dtype=dtype).element_size()
+    recursion = ArchitectureKernel(arch, which).block_bytes(chunk, chunk, d, dtype)
+    return int(recursion) + item * chunk * chunk
+
+
+def _resolve_chunk(
+    chunk: int | None,
+    n: int,
+    max_memory: int,
+    tile_bytes: Callable[[int], int],
+) -> int:
+    """``chunk`` checked against ``max_memory``, or the largest default that fits."""
+    if chunk is not None:
+        chunk = check_positive_int("chunk", chunk)
+        need = tile_bytes(min(chunk, n))
+        if need > max_memory:
+            raise NtklabValueError(
+                f"chunk: expected a tile that fits max_memory = {max_memory:,} bytes, got "
+                f"chunk = {chunk}, whose tile needs {need:,} bytes ({format_bytes(need)}); "
+                "pass a smaller chunk or a larger max_memory"
+            )
+        return chunk
+    size = DEFAULT_CHUNK
+    while size > 1 and tile_bytes(min(size, n)) > max_memory:
+        size //= 2
+    need = tile_bytes(min(size, n))
+    if need > max_memory:
+        raise NtklabValueError(
+            f"max_memory: expected at least {need:,} bytes (a 1 x 1 tile), got {max_memory:,}"
+        )
+    return min(size, n)
+
+
 def _kernel_block(a: Any, b: Any, *, arch: Architecture, which: Which, device: str) -> Any:
     """One tile: ``arch.kernel`` between two row blocks (numpy in, numpy out, on ``device``)."""
     with torch.no_grad():
@@ -61,7 +106,8 @@ def kernel_array(
     x2: Tensor | None = None,
     *,
     which: Which = "ntk",
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
+    max_memory: int | None = None,
 ) -> Any:
     r"""The kernel matrix of ``arch`` as a lazy blockwise Dask array.
 
@@ -74,9 +120,16 @@ def kernel_array(
         Defaults to ``x1`` (every tile is computed; symmetry is not exploited).
     which : {"ntk", "nngp"}
         Which kernel to tile.
-    chunk : int
+    chunk : int, optional
         Rows and columns of one tile. One tile holds ``chunk**2`` entries plus the
-        temporaries of ``arch.kernel`` (a few times that) while it is computed.
+        temporaries of ``arch.kernel`` (a few times that, :func:`tile_bytes`) while it is
+        computed. Default: the largest power-of-two fraction of :data:`DEFAULT_CHUNK` whose
+        tile fits ``max_memory``.
+    max_memory : int, optional
+        Bytes one tile may take while it is computed (each Dask thread computes one tile at
+        a time). Default ``None``: the policy of :mod:`ntklab.memory` on the machine that
+        builds the graph (half of the memory this process may still use on ``x1``'s
+        device); on a cluster, pass what one worker thread may use.
 
     Returns
     -------
@@ -91,6 +144,8 @@ def kernel_array(
     ------
     MissingExtraError
         When dask is not installed (``pip install "ntklab[dask]"``).
+    NtklabValueError
+        A given ``chunk`` whose tile does not fit ``max_memory``.
 
     Examples
     --------
@@ -105,7 +160,10 @@ def kernel_array(
     _check_arch(arch)
     a, b = check_inputs(x1, x2)
     which = _check_which(which)
-    chunk = check_positive_int("chunk", chunk)
+    budget = resolve_max_memory(max_memory, a.device)
+    n = max(a.shape[0], 0 if b is None else b.shape[0])
+    d, dtype = int(a.shape[1]), a.dtype
+    chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, which, c, d, dtype))
     if b is None:
         b = a
     device = str(a.device)
@@ -138,7 +196,8 @@ def kernel_to_zarr(
     *,
     path: str | Path,
     which: Which = "ntk",
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
+    max_memory: int | None = None,
     overwrite: bool = False,
     client: Any | None = None,
 ) -> Any:
@@ -149,7 +208,7 @@ def kernel_to_zarr(
 
     Parameters
     ----------
-    arch, x1, x2, which, chunk
+    arch, x1, x2, which, chunk, max_memory
         As in :func:`kernel_array`; the zarr chunks are the tiles.
     path : str or Path
         Where the zarr array is written (a folder). On a cluster, a path every worker can
@@ -177,7 +236,7 @@ def kernel_to_zarr(
             f"path: expected a new location (or overwrite=True), received {str(target)!r}, "
             "which exists"
         )
-    array = kernel_array(arch, x1, x2, which=which, chunk=chunk)
+    array = kernel_array(arch, x1, x2, which=which, chunk=chunk, max_memory=max_memory)
     store = array.to_zarr(str(target), overwrite=overwrite, compute=False)
     if client is None:
         store.compute()

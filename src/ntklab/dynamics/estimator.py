@@ -16,23 +16,76 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+from sklearn.utils.validation import check_array
 from torch import Tensor
 
 from ..errors import NtklabTypeError, NtklabValueError
 from .function_space import EnsembleDynamics, Gaussian, ensemble_dynamics
 
-__all__ = ["KernelRegressor"]
+try:
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # scikit-learn < 1.6: the same validation as a method
+
+    def _validate_data(estimator: Any, X: Any, **kwargs: Any) -> Any:
+        return estimator._validate_data(X, **kwargs)
 
 
-def _to_tensor(x: Any, name: str, dtype: torch.dtype) -> tuple[Tensor, bool]:
-    """``(tensor, was_numpy)``."""
-    if isinstance(x, Tensor):
-        return x.to(dtype), False
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise NtklabTypeError(f"{name}: expected an array-like of numbers, got {type(x)}") from err
-    return torch.as_tensor(arr, dtype=dtype), True
+__all__ = ["KernelRegressor", "NotFittedError"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class NotFittedError(NtklabValueError, _SklearnNotFittedError):  # type: ignore[misc]
+    """A method that needs a fitted estimator was called before ``fit`` (both ntklab's
+    :class:`~ntklab.errors.NtklabValueError` and scikit-learn's ``NotFittedError``)."""
+
+
+def _working_dtype(dtype: object) -> torch.dtype:
+    """The estimator's ``dtype`` parameter as a floating torch dtype (None: float64)."""
+    if dtype is None:
+        return torch.float64
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
+    if not isinstance(dtype, torch.dtype):
+        try:
+            name = np.dtype(dtype).name  # type: ignore[call-overload]
+        except TypeError:
+            name = ""
+        if name in _DTYPES:
+            return _DTYPES[name]
+    raise NtklabTypeError(
+        f"dtype: expected None, 'float32', 'float64' (or the numpy or torch dtype), got {dtype!r}"
+    )
+
+
+def _wrap(name: str, err: Exception) -> Exception:
+    """scikit-learn's validation error as ntklab's, naming the argument (message kept)."""
+    if isinstance(err, TypeError):
+        return NtklabTypeError(f"{name}: {err}")
+    return NtklabValueError(f"{name}: {err}")
+
+
+def _check_tensor(name: str, t: Tensor, *, two_d: bool) -> None:
+    """What scikit-learn's ``check_array`` checks, for a torch tensor (kept on its device)."""
+    if t.is_complex():
+        raise NtklabValueError(f"{name}: Complex data not supported, got dtype {t.dtype}")
+    if two_d and t.ndim != 2:
+        raise NtklabValueError(
+            f"{name}: expected a 2-D tensor of shape (n, d), got shape {tuple(t.shape)}. "
+            "Reshape your data either using X.reshape(-1, 1) if your data has a single "
+            "feature or X.reshape(1, -1) if it contains a single sample."
+        )
+    if not two_d and t.ndim not in (1, 2):
+        raise NtklabValueError(
+            f"{name}: expected a tensor of shape (n,) or (n, k), got shape {tuple(t.shape)}"
+        )
+    if t.shape[0] < 1 or (t.ndim == 2 and t.shape[1] < 1):
+        raise NtklabValueError(
+            f"{name}: expected at least 1 sample and 1 feature, got shape {tuple(t.shape)}"
+        )
+    if not bool(torch.isfinite(t.detach()).all()):
+        raise NtklabValueError(f"{name}: Input {name} contains NaN or infinity.")
 
 
 class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
@@ -54,8 +107,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         as neural-tangents' ``diag_reg``) or absolute.
     schedule : {"flow", "gd"}
     normalization : {"mean", "sum"}
-    dtype : torch.dtype
-        Working precision (float64 by default).
+    dtype : None, "float32", "float64", or the numpy or torch dtype
+        Working precision (None: float64). Inputs of any real dtype are converted to it.
     random_state : int, torch.Generator or None
         Seeds :meth:`sample_y` (draws of finite-time ensemble members' outputs).
 
@@ -65,6 +118,15 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     y_train_ : Tensor of shape (n, k)
     n_features_in_ : int
     dynamics_ : EnsembleDynamics
+
+    Notes
+    -----
+    Inputs are validated as scikit-learn validates them (``validate_data``): 2-D ``X`` with at
+    least one sample and one feature, real and finite (complex, NaN and infinity refused),
+    ``y`` of ``X``'s length, and at prediction the ``n_features_in_`` seen by ``fit``. NumPy
+    arrays, lists and data frames go through scikit-learn's checks; torch tensors get the
+    same checks on their own device (so that torch inputs stay torch, on their device, and
+    differentiable in ``X``). ``y`` may have several columns (multi-output regression).
 
     Examples
     --------
@@ -87,7 +149,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         ridge_relative: bool = True,
         schedule: str = "flow",
         normalization: str = "mean",
-        dtype: torch.dtype = torch.float64,
+        dtype: Any = None,
         random_state: int | torch.Generator | None = None,
     ) -> None:
         self.architecture = architecture
@@ -101,16 +163,94 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self.dtype = dtype
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any) -> KernelRegressor:
-        """Store the training set and factorize nothing yet (factorizations are lazy)."""
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.input_tags.allow_nan = False
+        return tags
+
+    # ---------------------------------------------------------------------- validation
+    def _check_X(self, X: Any, *, reset: bool) -> tuple[Tensor, bool]:
+        """``(X as a tensor in the working dtype, was_not_a_tensor)``; sets or checks
+        ``n_features_in_``."""
+        dtype = _working_dtype(self.dtype)
+        if isinstance(X, Tensor):
+            _check_tensor("X", X, two_d=True)
+            d = int(X.shape[1])
+            if reset:
+                self.n_features_in_ = d
+                if hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
+            elif d != self.n_features_in_:
+                raise NtklabValueError(
+                    f"X: X has {d} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            return X.to(dtype), False
+        numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
+        try:
+            arr = _validate_data(self, X, reset=reset, dtype=numpy_dtype)
+        except (TypeError, ValueError) as err:
+            raise _wrap("X", err) from err
+        return torch.tensor(arr, dtype=dtype), True
+
+    def _check_y(self, y: Any, x: Tensor) -> Tensor:
+        """``y`` of ``x``'s length as a tensor on ``x``'s device and dtype."""
+        n = int(x.shape[0])
+        if y is None:
+            raise NtklabValueError(
+                f"y: expected targets of length {n}; {type(self).__name__} requires y to be "
+                "passed, but the target y is None"
+            )
+        if isinstance(y, Tensor):
+            _check_tensor("y", y, two_d=False)
+            target = y.to(device=x.device, dtype=x.dtype)
+        else:
+            numpy_dtype = np.float32 if x.dtype == torch.float32 else np.float64
+            try:
+                arr = check_array(
+                    y, ensure_2d=False, dtype=numpy_dtype, input_name="y", ensure_min_samples=1
+                )
+            except (TypeError, ValueError) as err:
+                raise _wrap("y", err) from err
+            if arr.ndim not in (1, 2):
+                raise NtklabValueError(
+                    f"y: expected an array of shape (n,) or (n, k), got shape {arr.shape}"
+                )
+            target = torch.tensor(arr, dtype=x.dtype, device=x.device)
+        if target.shape[0] != n:
+            raise NtklabValueError(
+                f"y: Found input variables with inconsistent numbers of samples: [{n}, "
+                f"{int(target.shape[0])}] (X has {n} rows, y has {int(target.shape[0])})"
+            )
+        return target
+
+    def _check_params(self) -> None:
         if self.architecture is None:
             raise NtklabValueError(
                 "architecture: expected an ntklab architecture or kernel function, got None"
             )
         if self.kernel not in ("ntk", "nngp"):
             raise NtklabValueError(f"kernel: expected 'ntk' or 'nngp', got {self.kernel!r}")
-        x, _ = _to_tensor(X, "X", self.dtype)
-        targets, _ = _to_tensor(y, "y", self.dtype)
+        _working_dtype(self.dtype)
+
+    # ---------------------------------------------------------------------- fit / predict
+    def fit(self, X: Any, y: Any) -> KernelRegressor:
+        """Validate and store the training set; factorizations are computed lazily.
+
+        Parameters
+        ----------
+        X : array-like or Tensor of shape (n, d)
+        y : array-like or Tensor of shape (n,) or (n, k)
+
+        Returns
+        -------
+        KernelRegressor
+            ``self``, fitted: a refit replaces every fitted attribute.
+        """
+        self._check_params()
+        x, _ = self._check_X(X, reset=True)
+        targets = self._check_y(y, x)
         self.dynamics_: EnsembleDynamics = ensemble_dynamics(
             self.architecture,
             x,
@@ -123,16 +263,19 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         )
         self.X_train_ = x
         self.y_train_ = self.dynamics_.y_train
-        self.n_features_in_ = int(x.shape[1])
         return self
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "dynamics_"):
-            raise NtklabValueError("KernelRegressor: expected a fitted model, call fit() first")
+            raise NotFittedError(
+                f"{type(self).__name__}: expected a fitted model, call fit() first (this "
+                f"{type(self).__name__} instance is not fitted yet)"
+            )
 
     def _gaussian(self, X: Any, compute_cov: bool) -> tuple[Tensor | Gaussian, bool]:
         self._check_fitted()
-        x, numpy_in = _to_tensor(X, "X", self.dtype)
+        x, numpy_in = self._check_X(X, reset=False)
+        x = x.to(self.X_train_.device)
         out = self.dynamics_.predict(self.time, x, self.kernel, compute_cov)  # type: ignore[arg-type]
         return out, numpy_in
 
@@ -167,8 +310,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             raise NtklabValueError("sample_weight: expected None (not supported), got weights")
         pred, _ = self._gaussian(X, False)
         assert isinstance(pred, Tensor)
-        target, _ = _to_tensor(y, "y", self.dtype)
-        target = target.reshape(pred.shape)
+        target = self._check_y(y, pred if pred.ndim == 2 else pred[:, None]).reshape(pred.shape)
         p2 = pred.reshape(pred.shape[0], -1)
         t2 = target.reshape(target.shape[0], -1)
         ss_res = (t2 - p2).square().sum(dim=0)

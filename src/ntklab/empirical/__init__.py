@@ -1,7 +1,8 @@
 """Finite-width kernels of any ``torch.nn.Module``: the empirical NTK and NNGP.
 
 - :func:`ntk`: the empirical NTK, by structured derivatives, Jacobian contraction or
-  NTK-vector products (``method="auto"`` picks by a cost model), blocked under a memory budget;
+  NTK-vector products (``method="auto"`` picks by a cost model), blocked under ``max_memory``
+  (default: the policy of :mod:`ntklab.memory`), refusing a result that cannot fit;
 - :func:`ntk_operator`: the NTK as a matrix-free operator (matvec, diagonal) for iterative
   solvers and eigenpairs;
 - :func:`nngp`: the output covariance sample :math:`f(x) f(x')^T`;

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from .._checks import check_inputs, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.layers import Architecture, Layer, serial
+from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 
 __all__ = [
@@ -36,12 +37,16 @@ __all__ = [
 ]
 
 _OUTPUTS = ("trace", "full", "diagonal")
-_DEFAULT_MAX_MEMORY = 2**28  # bytes of per-network Jacobians held at once
 
 
 # -------------------------------------------------------------------------------------- nngp
 def nngp(
-    model: nn.Module, x1: Tensor, x2: Tensor | None = None, *, outputs: Outputs = "trace"
+    model: nn.Module,
+    x1: Tensor,
+    x2: Tensor | None = None,
+    *,
+    outputs: Outputs = "trace",
+    max_memory: int | None = None,
 ) -> Tensor:
     """The empirical NNGP of one network: the outer product of its outputs.
 
@@ -61,6 +66,10 @@ def nngp(
         neural-tangents' conventions: ``"trace"`` averages over the ``k`` outputs,
         :math:`\\frac1k \\sum_a f_a(x) f_a(x')`, shape ``(n1, n2)``; ``"full"`` keeps every
         pair of outputs, ``(n1, n2, k, k)``; ``"diagonal"`` the equal pairs, ``(n1, n2, k)``.
+    max_memory : int, optional
+        Bytes the result may take; a larger one is refused after the forward passes, before
+        it is allocated. Default ``None``: the policy of :mod:`ntklab.memory` (half of the
+        memory this process may still use on the model's device).
 
     Returns
     -------
@@ -74,7 +83,8 @@ def nngp(
         ``model`` is not a module; an input is not a tensor or not of the model's dtype.
     NtklabValueError
         The model has no parameters; an input is on another device or rejected by the model;
-        ``outputs`` is not one of the three conventions.
+        ``outputs`` is not one of the three conventions; the result does not fit
+        ``max_memory``.
 
     Examples
     --------
@@ -84,6 +94,8 @@ def nngp(
     torch.Size([4, 5, 2, 2])
     """
     _check_outputs(outputs)
+    if max_memory is not None:
+        resolve_max_memory(max_memory)  # the type and sign, before any work
     fm = functional_model(model)
     x1 = check_batch("x1", x1, fm)
     if x2 is not None:
@@ -92,6 +104,15 @@ def nngp(
     params = {name: live[name] for name in fm.names}  # not detached: differentiable
     f1 = fm(params, x1)  # shape: (n1, k)
     f2 = f1 if x2 is None else fm(params, x2)  # shape: (n2, k)
+    n1, n2, k = f1.shape[0], f2.shape[0], f1.shape[1]
+    need = n1 * n2 * {"trace": 1, "full": k * k, "diagonal": k}[outputs] * f1.element_size()
+    budget = resolve_max_memory(max_memory, f1.device)
+    if need > budget:
+        raise NtklabValueError(
+            f"max_memory: expected at least the {need:,} bytes ({format_bytes(need)}) of the "
+            f"{outputs!r} result for n1 = {n1} and n2 = {n2} inputs with k = {k} outputs, "
+            f"got max_memory = {budget:,} bytes"
+        )
     return _outer(f1, f2, outputs)
 
 
@@ -180,6 +201,7 @@ def monte_carlo_kernel(
     batch_size: int | None = None,
     dtype: torch.dtype | None = None,
     out_features: int = 1,
+    max_memory: int | None = None,
 ) -> MonteCarloKernel:
     """Monte Carlo estimate of an architecture's NNGP and NTK over random finite networks.
 
@@ -217,12 +239,17 @@ def monte_carlo_kernel(
     generator : torch.Generator, optional
         Source of the initializations (default: torch's global generator).
     batch_size : int, optional
-        Networks per vectorized batch. Default: as many as fit about 256 MiB of per-network
-        Jacobians, :math:`(n_1 + n_2) k P` numbers each for ``P`` parameters.
+        Networks per vectorized batch. Default: as many as fit ``max_memory`` beside the
+        running moments (:math:`8 n_1 n_2` numbers), at :math:`3 (n_1 + n_2) k P + 4 n_1 n_2`
+        numbers per network (its per-example Jacobians and kernels) for ``P`` parameters.
     dtype : torch.dtype, optional
         Of the networks and the computation (default: ``x1``'s); the inputs are converted.
     out_features : int
         Outputs per network; the estimates average over them.
+    max_memory : int, optional
+        Bytes the estimate may allocate; it sizes the default ``batch_size``. Default
+        ``None``: the policy of :mod:`ntklab.memory` (half of the memory this process may
+        still use on ``x1``'s device).
 
     Returns
     -------
@@ -237,7 +264,8 @@ def monte_carlo_kernel(
         argument is not an int; ``dtype`` is not floating.
     NtklabValueError
         The architecture has no ``Dense`` layer; the inputs are not ``(n, d)`` batches of one
-        dimension, dtype and device; ``n_samples < 2``; a size is not positive.
+        dimension, dtype and device; ``n_samples < 2``; a size is not positive; not even
+        one network (its Jacobians and kernels beside the moments) fits ``max_memory``.
 
     Examples
     --------
@@ -264,6 +292,7 @@ def monte_carlo_kernel(
     check_positive_int("out_features", out_features)
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise NtklabTypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+    budget = resolve_max_memory(max_memory, a.device)
     dtype = a.dtype if dtype is None else dtype
     a = a.to(dtype)
     b = None if b is None else b.to(dtype)
@@ -281,9 +310,18 @@ def monte_carlo_kernel(
     first = draw()
     fm = functional_model(first)
     if batch_size is None:
-        n_rows = a.shape[0] + (0 if b is None else b.shape[0])
-        per_net = 3 * n_rows * out_features * fm.n_params * _itemsize(dtype)
-        batch_size = max(1, min(n_samples, _DEFAULT_MAX_MEMORY // max(per_net, 1)))
+        n1, n2 = a.shape[0], (a if b is None else b).shape[0]
+        item = _itemsize(dtype)
+        per_net = (3 * (n1 + n2) * out_features * fm.n_params + 4 * n1 * n2) * item
+        fixed = 8 * n1 * n2 * item  # the running mean and M2 of both kernels, and a merge
+        if fixed + per_net > budget:
+            raise NtklabValueError(
+                f"max_memory: expected at least {fixed + per_net:,} bytes "
+                f"({format_bytes(fixed + per_net)}: one network's Jacobians and kernels for "
+                f"n1 = {n1}, n2 = {n2} inputs and {fm.n_params} parameters, beside the "
+                f"moments), got {budget:,}"
+            )
+        batch_size = max(1, min(n_samples, (budget - fixed) // per_net))
     kernels = per_network_kernels(fm, a, b)
 
     nngp_moments: _Moments | None = None

@@ -17,15 +17,17 @@ Methods (all agree to rounding; ``"auto"`` picks the cheapest by a cost model):
 - ``"ntk_vp"`` (:mod:`.jacobian`): NTK-vector products, a vjp then a jvp per column, never
   forming a Jacobian. Wins for huge parameter counts with few inputs and outputs.
 
-Blocked evaluation: with ``max_memory`` (bytes), the (n1, n2) result is computed in row and
-column blocks (the last ones ragged) sized so that the result plus one block's scratch memory
-stays within the budget.
+Memory: ``max_memory`` (bytes; default ``None``, the policy of :mod:`ntklab.memory`: half of
+the memory this process may still use) bounds the result plus one block's scratch memory. A
+result that does not fit alone is refused before anything is allocated, with an error that
+names the sizes and the bytes needed; otherwise the (n1, n2) result is computed in row and
+column blocks (the last ones ragged) sized so that the result plus one block's scratch stays
+within the budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -33,8 +35,8 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_positive_int
-from ..errors import NtklabTypeError, NtklabValueError
+from ..errors import NtklabValueError
+from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, ParamSelection, check_batch, functional_model
 
 if TYPE_CHECKING:
@@ -131,20 +133,33 @@ def plan(
 
     ``"auto"`` takes the method of least estimated floating-point work among those whose
     smallest block fits the budget. One forward pass on ``x1[:1]`` measures the model.
+    ``max_memory=None`` is the policy of :mod:`ntklab.memory` on the model's device.
+
+    Raises
+    ------
+    NtklabValueError
+        The result alone does not fit ``max_memory`` (nothing is allocated), or not even the
+        smallest block of any method fits beside it.
     """
     from .jacobian import probe
 
+    total = resolve_max_memory(max_memory, fm.device)
     specs = _methods()
     sample = Sample(x1, x2 is None, probe(fm, x1))
     k = sample.probe.n_outputs
     n1, n2 = x1.shape[0], (x1 if x2 is None else x2).shape[0]
     itemsize = torch.empty((), dtype=fm.dtype).element_size()
     result = _result_entries(n1, n2, k, outputs) * itemsize
-    budget = math.inf if max_memory is None else max_memory - result
-    if max_memory is not None and budget <= 0:
+    budget = total - result
+    if budget <= 0:
+        tail = {"trace": "", "full": f" x {k} x {k}", "diagonal": f" x {k}"}[outputs]
+        policy = " (the default, max_memory=None: see ntklab.memory)" if max_memory is None else ""
         raise NtklabValueError(
-            f"max_memory: expected more than the {result:,} bytes of the result "
-            f"({n1} x {n2} {outputs} kernel) plus one block, got {max_memory:,}"
+            f"max_memory: expected more than the {result:,} bytes ({format_bytes(result)}) of "
+            f"the result ({n1} x {n2}{tail}, the {outputs!r} kernel in {fm.dtype} for n1 = "
+            f"{n1} and n2 = {n2} inputs with k = {k} outputs) plus one block; got max_memory = "
+            f"{total:,} bytes ({format_bytes(total)}){policy}. Pass a larger max_memory, fewer "
+            "inputs, outputs='trace', or use ntk_operator (products without the matrix)"
         )
     names = list(specs) if method == "auto" else [method]
     best: tuple[float, Plan] | None = None
@@ -162,7 +177,7 @@ def plan(
         raise NtklabValueError(
             f"max_memory: expected at least {result + smallest:,} bytes (the result plus the "
             f"smallest block of method {names[0] if len(names) == 1 else 'any'}), "
-            f"got {max_memory:,}"
+            f"got {total:,}"
         )
     return best[1]
 
@@ -228,12 +243,19 @@ def ntk(
         The algorithm (see the module docstring); ``"auto"`` picks by a cost model.
     max_memory : int, optional
         Budget in bytes for the result plus one block's scratch memory; the kernel is then
-        computed in row/column blocks.
+        computed in row/column blocks. Default ``None``: the policy of :mod:`ntklab.memory`
+        (half of the memory this process may still use on the model's device).
 
     Returns
     -------
     Tensor
         On the model's dtype and device.
+
+    Raises
+    ------
+    NtklabValueError
+        The result alone (``n1 n2 e`` numbers, ``e`` = 1, ``k`` or ``k^2``) does not fit
+        ``max_memory``: raised before anything is allocated, naming the sizes and bytes.
 
     Examples
     --------
@@ -249,9 +271,7 @@ def ntk(
     if method != "auto" and method not in METHODS:
         raise NtklabValueError(f"method: expected 'auto' or one of {METHODS}, got {method!r}")
     if max_memory is not None:
-        if isinstance(max_memory, bool) or not isinstance(max_memory, int):
-            raise NtklabTypeError(f"max_memory: expected an int (bytes), got {max_memory!r}")
-        check_positive_int("max_memory", max_memory)
+        resolve_max_memory(max_memory)  # the type and sign, before any work
     fm = functional_model(model, params)
     a = check_batch("x1", x1, fm)
     if isinstance(x2, Tensor) and a.shape[1:] != x2.shape[1:]:

@@ -22,13 +22,12 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import NtklabTypeError, NtklabValueError
+from ..memory import resolve_max_memory
 from ._functional import FunctionalModel, ParamSelection, check_batch, functional_model
 
 __all__ = ["NTKOperator", "ntk_operator"]
 
 _Restore = Callable[[Tensor], Tensor]
-
-_DEFAULT_MAX_MEMORY = 2**28  # bytes of scratch for one block of diagonal() / to_dense()
 
 
 @dataclass(frozen=True)
@@ -57,13 +56,23 @@ class NTKOperator:
         ``k``, the number of outputs per input.
     max_memory : int
         Approximate scratch budget in bytes for one block of :meth:`diagonal` and
-        :meth:`to_dense` (products need only the memory of one backward pass).
+        :meth:`to_dense` (products need only the memory of one backward pass). ``None``
+        at construction means the policy of :mod:`ntklab.memory` on the batch's device,
+        resolved then.
     """
 
     model: FunctionalModel
     x: Tensor
     n_outputs: int
-    max_memory: int = _DEFAULT_MAX_MEMORY
+    max_memory: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_memory", resolve_max_memory(self.max_memory, self.x.device))
+
+    @property
+    def _budget(self) -> int:
+        assert self.max_memory is not None  # resolved in __post_init__
+        return self.max_memory
 
     # ------------------------------------------------------------------ description
     @property
@@ -139,7 +148,7 @@ class NTKOperator:
         """
         fm, k = self.model, self.n_outputs
         per_example = k * fm.n_params * _itemsize(self.dtype) * 3  # jacobian + vjp scratch
-        chunk = max(1, min(self.n_inputs, self.max_memory // max(per_example, 1)))
+        chunk = max(1, min(self.n_inputs, self._budget // max(per_example, 1)))
 
         def squared_norms(params: dict[str, Tensor], xi: Tensor) -> Tensor:  # shape: (k,)
             jac = torch.func.jacrev(fm.single)(params, xi)  # name -> (k, *shape)
@@ -168,7 +177,7 @@ class NTKOperator:
         size = self.shape[0]
         n, k = self.n_inputs, self.n_outputs
         per_vector = (self.model.n_params + size) * _itemsize(self.dtype) * 4
-        block = max(1, min(size, self.max_memory // max(per_vector, 1)))
+        block = max(1, min(size, self._budget // max(per_vector, 1)))
         dense = torch.empty(size, size, dtype=self.dtype, device=self.device)
         for start in range(0, size, block):
             stop = min(start + block, size)
@@ -238,7 +247,7 @@ def ntk_operator(
     x: Tensor,
     *,
     params: ParamSelection = None,
-    max_memory: int = _DEFAULT_MAX_MEMORY,
+    max_memory: int | None = None,
 ) -> NTKOperator:
     """The empirical NTK of ``model`` on the batch ``x`` as a matrix-free operator.
 
@@ -255,9 +264,10 @@ def ntk_operator(
     params : mapping of str to Tensor, iterable of str, or None
         The parameters to differentiate (default: all with ``requires_grad``); a mapping also
         gives their values.
-    max_memory : int
+    max_memory : int, optional
         Approximate scratch budget in bytes for one block of ``diagonal()`` and
-        ``to_dense()``.
+        ``to_dense()``. Default ``None``: the policy of :mod:`ntklab.memory` (half of the
+        memory this process may still use on ``x``'s device).
 
     Returns
     -------
@@ -290,10 +300,8 @@ def ntk_operator(
     >>> (op @ torch.ones(5, 2)).shape
     torch.Size([5, 2])
     """
-    if isinstance(max_memory, bool) or not isinstance(max_memory, int):
-        raise NtklabTypeError(f"max_memory: expected an int (bytes), got {max_memory!r}")
-    if max_memory < 1:
-        raise NtklabValueError(f"max_memory: expected a positive number of bytes, got {max_memory}")
+    if max_memory is not None:
+        resolve_max_memory(max_memory)  # the type and sign, before any work
     fm = functional_model(model, params)
     x = check_batch("x", x, fm)
     with torch.no_grad():

@@ -53,6 +53,7 @@ from .._checks import check_nonnegative, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
 from ..kernels.layers import Architecture, Dense
+from ..memory import resolve_max_memory
 from .modules import DenseLayer
 from .training import Normalization
 from .wrappers import output_scale
@@ -70,7 +71,6 @@ __all__ = [
 Backward = Literal["manual", "autograd"]
 
 _DEFAULT_CHUNK_ELEMENTS = 2**18  # activations per buffer and chunk: about 1 MiB in float32
-_DEFAULT_MEMORY_BUDGET = 2**30  # bytes of training buffers per chunk at most
 
 
 # ---------------------------------------------------------------------------------------------
@@ -802,7 +802,7 @@ def train_ensemble(
     record_times: Sequence[float] | None = None,
     backward: Backward = "manual",
     chunk_size: int | None = None,
-    memory_budget: int = _DEFAULT_MEMORY_BUDGET,
+    max_memory: int | None = None,
 ) -> EnsembleTraining:
     r"""Train every member of an ensemble by full-batch gradient descent on the squared loss.
 
@@ -840,9 +840,11 @@ def train_ensemble(
         autograd. A :class:`ModuleEnsemble` always uses ``vmap(grad(functional_call))``.
     chunk_size : int, optional
         Members trained together (all steps on one chunk, then the next). Default: about
-        :math:`2^{18}` activations per buffer (cache-sized), within ``memory_budget``.
-    memory_budget : int
-        Bytes of per-chunk training buffers at most (caps the default chunk size).
+        :math:`2^{18}` activations per buffer (cache-sized), within ``max_memory``.
+    max_memory : int, optional
+        Bytes of per-chunk training buffers at most (caps the default chunk size). Default
+        ``None``: the policy of :mod:`ntklab.memory` (half of the memory this process may
+        still use on the device of ``x``).
 
     Returns
     -------
@@ -887,13 +889,13 @@ def train_ensemble(
     record = _resolve_record(record_steps, record_times, total, lr)
     if chunk_size is not None:
         check_positive_int("chunk_size", chunk_size)
-    check_positive_int("memory_budget", memory_budget)
+    budget = resolve_max_memory(max_memory, x.device)
     scale = 1.0 if normalization == "sum" else 1.0 / (y.numel() // (1 if shared_y else members))
     decay = 1.0 - lr * float(weight_decay)
     common = (x, y, shared_x, shared_y, x_test, shared_t, scale, lr, decay, total, record)
     trained: MLPEnsemble | ModuleEnsemble
     if isinstance(ens, MLPEnsemble):
-        trained, losses, outputs = _train_mlp(ens, *common, backward, chunk_size, memory_budget)
+        trained, losses, outputs = _train_mlp(ens, *common, backward, chunk_size, budget)
     else:
         trained, losses, outputs = _train_modules(ens, *common, chunk_size)
     bad = int((~torch.isfinite(losses)).any(dim=0).sum())
@@ -919,14 +921,14 @@ def _chunk_members(
     members: int,
     per_member: int,
     chunk_size: int | None,
-    memory_budget: int,
+    max_memory: int,
     itemsize: int,
 ) -> int:
     """Members per chunk: ``chunk_size`` or a cache-sized default within the budget."""
     if chunk_size is not None:
         return min(chunk_size, members)
     by_cache = max(1, _DEFAULT_CHUNK_ELEMENTS // max(1, per_member))
-    by_budget = max(1, memory_budget // max(1, 4 * per_member * itemsize))
+    by_budget = max(1, max_memory // max(1, 4 * per_member * itemsize))
     return max(1, min(members, by_cache, by_budget))
 
 
@@ -945,7 +947,7 @@ def _train_mlp(
     record: list[int],
     backward: str,
     chunk_size: int | None,
-    memory_budget: int,
+    max_memory: int,
 ) -> tuple[MLPEnsemble, Tensor, Tensor | None]:
     members, copies = ens.members, ens.copies
     trained_layers: list[EnsembleDense | Activation] = []
@@ -961,7 +963,7 @@ def _train_mlp(
     n = x.shape[-2]
     widest = max(max(layer.weight.shape[1:]) for layer in dense)
     per_member = copies * n * widest
-    c = _chunk_members(members, per_member, chunk_size, memory_budget, x.element_size())
+    c = _chunk_members(members, per_member, chunk_size, max_memory, x.element_size())
     losses = torch.empty((len(record), members), dtype=ens.dtype, device=ens.device)
     outputs = None
     if x_test is not None:

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..errors import NtklabValueError
+from ..memory import resolve_max_memory
 from .cg import CGResult, conjugate_gradient
 from .dense import cholesky_with_jitter
 from .operator import KernelOperator, LinearOperator, operator_columns
@@ -139,7 +140,7 @@ def falkon(
     ridge: float,
     centres: Tensor,
     *,
-    max_memory: int,
+    max_memory: int | None = None,
     tol: float = 1e-8,
     max_iter: int = 200,
 ) -> NystromFit:
@@ -153,8 +154,9 @@ def falkon(
         :math:`\\rho > 0` of :math:`K + \\rho I` (FALKON's :math:`\\lambda = \\rho / n`).
     centres : Tensor of shape (m,)
         Distinct indices of the centres.
-    max_memory : int
+    max_memory : int, optional
         :math:`K_{nM}` (``8 n m`` bytes) is stored when it fits, else recomputed per product.
+        Default ``None``: the policy of :mod:`ntklab.memory` on the operator's device.
 
     Returns
     -------
@@ -172,7 +174,8 @@ def falkon(
     a = cholesky_with_jitter(
         t @ t.T / m + lam * torch.eye(m, dtype=torch.float64, device=kmm.device), name="A"
     ).factor.T  # upper
-    fwd, bwd, stored = _knm_products(op, centres, max_memory)
+    budget = resolve_max_memory(max_memory, op.device)
+    fwd, bwd, stored = _knm_products(op, centres, budget)
 
     def tinv(v: Tensor) -> Tensor:
         out: Tensor = torch.linalg.solve_triangular(t, v, upper=True)

@@ -3,8 +3,9 @@
 A :class:`KernelOperator` is the matrix :math:`K(X_1, X_2)` of a kernel function between two
 batches, evaluated tile by tile. Each kernel declares the scratch memory one tile needs
 (:meth:`BlockKernel.block_bytes`); the operator sizes its tiles so that one tile fits
-``max_memory`` bytes, and refuses a budget too small for a single entry. Tiles are computed in
-``block_dtype`` (float32 when asked, for speed) while products are accumulated in float64.
+``max_memory`` bytes (default: the policy of :mod:`ntklab.memory`), and refuses a budget too
+small for a single entry. Tiles are computed in ``block_dtype`` (float32 when asked, for
+speed) while products are accumulated in float64.
 
 The design follows the blocked kernels of Falkon (Meanti et al., arXiv:2006.10350), where each
 kernel reports the memory of one block so that a sizer can respect a budget.
@@ -26,6 +27,7 @@ from torch import Tensor
 
 from .._checks import check_inputs
 from ..errors import NtklabTypeError, NtklabValueError
+from ..memory import resolve_max_memory
 
 __all__ = [
     "ArchitectureKernel",
@@ -37,8 +39,6 @@ __all__ = [
     "kernel_operator",
     "operator_columns",
 ]
-
-DEFAULT_MAX_MEMORY = 2**28  # bytes of scratch for one tile
 
 
 @runtime_checkable
@@ -146,7 +146,8 @@ class KernelOperator:
     x2 : Tensor of shape (n2, d) or None
         ``None``: the symmetric operator :math:`K(X_1, X_1)`.
     max_memory : int
-        Scratch bytes one tile may use.
+        Scratch bytes one tile may use; ``None`` at construction means the policy of
+        :mod:`ntklab.memory` on ``x1``'s device, resolved then.
     block_dtype : torch.dtype or None
         Dtype the tiles are computed in (default: that of ``x1``); products accumulate in
         float64 and are returned in ``x1``'s dtype.
@@ -155,11 +156,17 @@ class KernelOperator:
     kernel: BlockKernel
     x1: Tensor
     x2: Tensor | None = None
-    max_memory: int = DEFAULT_MAX_MEMORY
+    max_memory: int | None = None
     block_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "max_memory", resolve_max_memory(self.max_memory, self.x1.device))
         self.tile_shape()  # raises when not even one entry fits the budget
+
+    @property
+    def _budget(self) -> int:
+        assert self.max_memory is not None  # resolved in __post_init__
+        return self.max_memory
 
     # ------------------------------------------------------------------ description
     @property
@@ -206,7 +213,7 @@ class KernelOperator:
         """
         n1, n2 = self.shape
         need = self.tile_bytes(1, 1)
-        if self.max_memory < need:
+        if self._budget < need:
             raise NtklabValueError(
                 f"max_memory: expected at least {need} bytes (one kernel entry of this kernel "
                 f"on inputs of shape {tuple(self.x1.shape)}), got {self.max_memory}"
@@ -224,7 +231,7 @@ class KernelOperator:
         lo, hi = 1, max(1, upper)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if cost(mid) <= self.max_memory:
+            if cost(mid) <= self._budget:
                 lo = mid
             else:
                 hi = mid - 1
@@ -344,7 +351,7 @@ def kernel_operator(
     x2: Tensor | None = None,
     *,
     which: Literal["ntk", "nngp"] = "ntk",
-    max_memory: int = DEFAULT_MAX_MEMORY,
+    max_memory: int | None = None,
     block_dtype: torch.dtype | None = None,
 ) -> KernelOperator:
     """A lazy kernel matrix :math:`K(X_1, X_2)` computed in tiles that fit ``max_memory``.
@@ -358,8 +365,10 @@ def kernel_operator(
         Default: the symmetric operator on ``x1``.
     which : {"ntk", "nngp"}
         For an architecture.
-    max_memory : int
-        Bytes of scratch one tile may use (default 256 MiB).
+    max_memory : int, optional
+        Bytes of scratch one tile may use. Default ``None``: the policy of
+        :mod:`ntklab.memory` (half of the memory this process may still use on ``x1``'s
+        device). Tiles are the largest that fit: larger tiles are faster.
     block_dtype : torch.dtype, optional
         Compute tiles in this dtype (e.g. ``torch.float32`` for float64 inputs).
 
@@ -381,10 +390,8 @@ def kernel_operator(
     >>> (op @ torch.ones(50, dtype=torch.float64)).shape
     torch.Size([50])
     """
-    if isinstance(max_memory, bool) or not isinstance(max_memory, int):
-        raise NtklabTypeError(f"max_memory: expected an int (bytes), got {max_memory!r}")
-    if max_memory < 1:
-        raise NtklabValueError(f"max_memory: expected a positive number of bytes, got {max_memory}")
+    if max_memory is not None:
+        resolve_max_memory(max_memory)  # the type and sign, before any work
     if block_dtype is not None and block_dtype not in (torch.float32, torch.float64):
         raise NtklabTypeError(f"block_dtype: expected float32, float64 or None, got {block_dtype}")
     a, b = check_inputs(x1, x2)
