@@ -106,3 +106,16 @@ def test_finite_network_refuses_channels_last_images() -> None:
         Conv((3, 3), padding="VALID", w_std=1.4), nl.Relu(), Conv((3, 3)), Flatten(), nl.Dense()
     ).to_torch(width=8, dtype=F64)
     assert net(torch.randn(2, 2, 11, 5, dtype=F64)).shape == (2, 1)
+
+
+def test_a_flat_kernel_that_cannot_fit_max_memory_is_refused_before_computing() -> None:
+    import ntklab as nl
+    from ntklab.kernels.layers import FLAT_MATRICES
+
+    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    x = torch.randn(64, 3, dtype=torch.float64)
+    needed = FLAT_MATRICES * 64 * 64 * 8
+    with pytest.raises(NtklabValueError, match=r"max_memory.*n1 = 64 by n2 = 64.*kernel_operator"):
+        arch.kernel(x, max_memory=needed - 1)
+    k = arch.kernel(x, max_memory=needed)
+    assert k.ntk.shape == (64, 64)

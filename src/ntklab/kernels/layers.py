@@ -304,7 +304,10 @@ class Architecture:
             the policy of :mod:`ntklab.memory`, half of the memory this process may still use
             on the inputs' device). The full spatial covariance needed by pooling holds
             :math:`n_1 n_2 |S|^2` numbers per kernel; pairs are computed in blocks that fit,
-            and an error says when not even one pair fits. Ignored for flat inputs.
+            and an error says when not even one pair fits. For flat inputs the recursion
+            holds :data:`FLAT_MATRICES` matrices of shape (n1, n2) at its peak; a kernel
+            that needs more than ``max_memory`` is refused before anything is computed (use
+            :func:`ntklab.solvers.kernel_operator` for a matrix-free kernel at that size).
 
         Returns
         -------
@@ -322,6 +325,7 @@ class Architecture:
         """
         if not any(layer.spatial_layer for layer in self.layers):
             a, b = check_inputs(x1, x2)
+            _check_flat_fits(a, b, max_memory)
             return self._kernel(a, b)
         from . import spatial
 
@@ -562,3 +566,28 @@ def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:
         else:
             flat.append(item)  # type: ignore[arg-type]
     return Architecture(tuple(flat))
+
+
+#: Matrices of shape (n1, n2) that the flat recursion holds at its peak (NNGP, NTK, the
+#: correlation and two scratch buffers of the activation's dual).
+FLAT_MATRICES = 5
+_ALWAYS_FITS = 2**26
+
+
+def _check_flat_fits(a: Tensor, b: Tensor | None, max_memory: int | None) -> None:
+    """Refuse a flat kernel whose (n1, n2) matrices cannot fit ``max_memory``."""
+    from ..memory import format_bytes, resolve_max_memory
+
+    n1, n2 = a.shape[0], (a if b is None else b).shape[0]
+    needed = FLAT_MATRICES * n1 * n2 * a.element_size()
+    if max_memory is None and needed <= _ALWAYS_FITS:
+        return  # small kernels skip reading the memory policy on every call
+    budget = resolve_max_memory(max_memory, a.device)
+    if needed > budget:
+        source = "the memory policy's default" if max_memory is None else "max_memory"
+        raise NtklabValueError(
+            f"max_memory: the kernel of n1 = {n1} by n2 = {n2} inputs needs about "
+            f"{format_bytes(needed)} ({FLAT_MATRICES} matrices of {n1} x {n2}), more than "
+            f"{source} of {format_bytes(budget)}; use ntklab.solvers.kernel_operator for a "
+            "matrix-free kernel, or compute it in blocks of rows"
+        )
