@@ -43,3 +43,15 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     assert "ntklab reproduce" in commands[0]
     assert "pytest" in commands[1]
     assert "<!-- ci:test -->" in setup
+
+
+def test_readme_claims_table_is_made_from_the_committed_results() -> None:
+    from ntklab.report.claims import TABLE_BEGIN, TABLE_END, claims_table
+
+    text = README.read_text()
+    block = text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
+    expected = claims_table(README.parent / "results")
+    assert block.strip() == expected.strip(), (
+        "README's claims table differs from the committed results: run "
+        "`ntklab table results --write README.md`"
+    )
