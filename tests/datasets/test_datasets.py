@@ -1,5 +1,6 @@
-"""Datasets: the container, scikit-learn's digits, and the MNIST / CIFAR-10 readers on small
-synthetic files written in the real formats."""
+"""Datasets: the container (subsets, class-balanced subsets, indices, repr), scikit-learn's
+digits, the MNIST / Fashion-MNIST / CIFAR-10 readers on small synthetic files written in the
+real formats, and Fashion-MNIST's real files where Debian's package installed them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from ntklab.data import Dataset, datasets, load_cifar10, load_digits, load_mnist
+from ntklab.data import (
+    FASHION_MNIST_ROOT,
+    Dataset,
+    datasets,
+    load_cifar10,
+    load_digits,
+    load_fashion_mnist,
+    load_mnist,
+)
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
 F64 = torch.float64
@@ -74,6 +83,79 @@ def test_subsample_and_split_keep_pairs_and_partition() -> None:
         ds.subsample(3, 0)  # type: ignore[arg-type]
 
 
+def test_subsets_carry_their_positions_in_the_full_split() -> None:
+    ds = toy(50)
+    torch.testing.assert_close(ds.indices, torch.arange(50))
+    sub = ds.subsample(30, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(sub.indices, sub.x[:, 0].long())  # x encodes the position
+    subsub = sub.subsample(12, torch.Generator().manual_seed(4))
+    torch.testing.assert_close(subsub.indices, subsub.x[:, 0].long())
+    train, test = sub.split(20, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(train.indices, train.x[:, 0].long())
+    torch.testing.assert_close(test.indices, test.x[:, 0].long())
+    assert train.flatten().indices is train.indices
+    assert train.to(dtype=torch.float32).indices.tolist() == train.indices.tolist()
+
+
+def _balanced_reference(labels: torch.Tensor, classes: int, n: int, seed: int) -> list[int]:
+    """The first examples of each class, in a permutation from the same seed, by a loop."""
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
+    quota = [n // classes + (c < n % classes) for c in range(classes)]
+    taken = [0] * classes
+    kept = []
+    for i in perm:
+        c = int(labels[i])
+        if taken[c] < quota[c]:
+            taken[c] += 1
+            kept.append(i)
+    return kept
+
+
+@pytest.mark.parametrize("n", [9, 10, 11, 30])
+def test_balanced_subsample_equal_counts_and_reproducible_indices(n: int) -> None:
+    # unbalanced classes: 20, 15 and 12 examples
+    labels = torch.tensor([0] * 20 + [1] * 15 + [2] * 12)[torch.randperm(47)]
+    x = torch.arange(47, dtype=F64)[:, None]
+    ds = Dataset(x, labels, 3, "toy")
+    sub = ds.balanced_subsample(n, torch.Generator().manual_seed(7))
+    counts = torch.bincount(sub.labels, minlength=3).tolist()
+    # the remainder goes one each to the first classes
+    assert counts == [n // 3 + (c < n % 3) for c in range(3)]
+    assert len(sub) == n and len(set(sub.indices.tolist())) == n
+    torch.testing.assert_close(sub.indices, sub.x[:, 0].long())
+    torch.testing.assert_close(sub.labels, labels[sub.indices])
+    assert sub.indices.tolist() == _balanced_reference(labels, 3, n, 7)
+    again = ds.balanced_subsample(n, torch.Generator().manual_seed(7))
+    assert again.indices.tolist() == sub.indices.tolist()
+    other = ds.balanced_subsample(n, torch.Generator().manual_seed(8))
+    assert other.indices.tolist() != sub.indices.tolist()
+    assert sub.name == "toy"
+
+
+def test_balanced_subsample_errors() -> None:
+    ds = Dataset(torch.zeros(30, 1), torch.tensor([0] * 20 + [1] * 5 + [2] * 5), 3)
+    ds.balanced_subsample(16, torch.Generator())  # 6, 5, 5: just enough
+    with pytest.raises(NtklabValueError, match=r"n: expected at most 16 .*class 1 has 5"):
+        ds.balanced_subsample(17, torch.Generator())  # 6, 6, 5
+    late = Dataset(torch.zeros(30, 1), torch.tensor([0] * 5 + [1] * 5 + [2] * 20), 3)
+    late.balanced_subsample(15, torch.Generator())
+    with pytest.raises(NtklabValueError, match=r"n: expected at most 15 .*class 0 has 5"):
+        late.balanced_subsample(16, torch.Generator())  # 6, 5, 5
+    with pytest.raises(NtklabValueError, match="n: expected an int <= 30"):
+        ds.balanced_subsample(31, torch.Generator())
+    with pytest.raises(NtklabValueError, match="n: expected an int >= 1"):
+        ds.balanced_subsample(0, torch.Generator())
+    with pytest.raises(NtklabTypeError, match="generator"):
+        ds.balanced_subsample(3, 0)  # type: ignore[arg-type]
+
+
+def test_repr_is_one_short_line() -> None:
+    ds = Dataset(torch.zeros(300, 1, 28, 28), torch.zeros(300, dtype=torch.int64), 10, "big")
+    text = repr(ds)
+    assert text == "Dataset('big', x (300, 1, 28, 28) torch.float32, 10 classes)"
+    assert str(ds) == text
+
+
 def test_dataset_validation() -> None:
     with pytest.raises(NtklabTypeError, match="labels: expected an int64 tensor"):
         Dataset(torch.zeros(3, 2), torch.zeros(3, dtype=torch.int32), 2)
@@ -83,6 +165,13 @@ def test_dataset_validation() -> None:
         Dataset(torch.zeros(3, 2), torch.tensor([0, 1, 2]), 2)
     with pytest.raises(NtklabTypeError, match="x: expected a real floating tensor"):
         Dataset(torch.zeros(3, 2, dtype=torch.int64), torch.tensor([0, 1, 1]), 2)
+    labels = torch.tensor([0, 1, 1])
+    with pytest.raises(NtklabTypeError, match="indices: expected an int64 tensor"):
+        Dataset(torch.zeros(3, 2), labels, 2, indices=torch.arange(3, dtype=torch.int32))
+    with pytest.raises(NtklabValueError, match=r"indices: expected shape \(3,\)"):
+        Dataset(torch.zeros(3, 2), labels, 2, indices=torch.arange(4))
+    given = Dataset(torch.zeros(3, 2), labels, 2, indices=torch.tensor([7, 2, 9]))
+    assert given.indices.tolist() == [7, 2, 9]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +277,102 @@ def test_load_mnist_errors(tmp_path: Path) -> None:
     write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((6, 5, 4)))
     with pytest.raises(NtklabValueError, match="to hold 6 labels"):
         load_mnist(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fashion-MNIST: the same idx reader, its own name and default folder
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_load_fashion_mnist_reads_idx_files(tmp_path: Path, compress: bool) -> None:
+    arrays = make_mnist(tmp_path, np.random.default_rng(5), compress=compress)
+    for split in ("train", "test"):
+        raw = load_fashion_mnist(split, root=tmp_path, standardize=False, dtype=F64)
+        images, labels = arrays[split]
+        assert raw.name == f"fashion-mnist-{split}" and raw.num_classes == 10
+        assert raw.x.shape == (len(labels), 1, 5, 4)  # NCHW
+        torch.testing.assert_close(raw.x[:, 0] * 255, torch.from_numpy(images).double())
+        torch.testing.assert_close(raw.labels, torch.from_numpy(labels).long())
+        torch.testing.assert_close(
+            raw.one_hot(), torch.from_numpy(np.eye(10)[labels]), rtol=0, atol=0
+        )
+    scaled = arrays["train"][0] / 255.0
+    train = load_fashion_mnist(root=str(tmp_path), dtype=F64)
+    expected = (scaled - scaled.mean()) / scaled.std()
+    torch.testing.assert_close(train.x[:, 0], torch.from_numpy(expected))
+    test = load_fashion_mnist("test", tmp_path, dtype=F64)
+    expected = (arrays["test"][0] / 255.0 - scaled.mean()) / scaled.std()
+    torch.testing.assert_close(test.x[:, 0], torch.from_numpy(expected))
+    assert load_fashion_mnist(root=tmp_path).x.dtype == torch.float32
+
+
+def test_load_fashion_mnist_torchvision_layout(tmp_path: Path) -> None:
+    make_mnist(tmp_path / "FashionMNIST" / "raw", np.random.default_rng(6))
+    assert len(load_fashion_mnist(root=tmp_path)) == 7
+
+
+def test_load_fashion_mnist_missing_files_name_the_package_and_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absent = tmp_path / "absent"
+    monkeypatch.setattr(datasets, "FASHION_MNIST_ROOT", absent)
+    for root in (None, absent):
+        with pytest.raises(NtklabValueError) as info:
+            load_fashion_mnist(root=root)
+        message = str(info.value)
+        assert "apt-get install dataset-fashion-mnist" in message
+        assert f"{absent} (does not exist)" in message
+    with pytest.raises(NtklabValueError) as info:
+        load_fashion_mnist("test", root=tmp_path)  # exists, but empty
+    message = str(info.value)
+    assert "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte" in message
+    assert str(tmp_path) in message and "apt-get install dataset-fashion-mnist" in message
+    with pytest.raises(NtklabValueError, match="split: expected 'train' or 'test'"):
+        load_fashion_mnist("valid")  # type: ignore[arg-type]
+    with pytest.raises(NtklabTypeError, match=r"root: expected a str or pathlib\.Path"):
+        load_fashion_mnist(root=3)  # type: ignore[arg-type]
+
+
+def test_load_mnist_refuses_fashion_mnist_folders(tmp_path: Path) -> None:
+    """Fashion-MNIST's files have MNIST's names: read through load_mnist they would be
+    called MNIST."""
+    for name in ("fashion-mnist", "FashionMNIST"):
+        make_mnist(tmp_path / name, np.random.default_rng(7))
+        with pytest.raises(NtklabValueError, match=r"holds Fashion-MNIST.*load_fashion_mnist"):
+            load_mnist(tmp_path / name)
+        assert load_fashion_mnist(root=tmp_path / name).name == "fashion-mnist-train"
+
+
+@pytest.mark.skipif(
+    not FASHION_MNIST_ROOT.is_dir(),
+    reason=f"Fashion-MNIST not installed in {FASHION_MNIST_ROOT} (apt-get install "
+    "dataset-fashion-mnist)",
+)
+def test_real_fashion_mnist_files() -> None:
+    """Xiao, Rasul & Vollgraf (2017): 60000 training and 10000 test images, 28 x 28, ten
+    classes of 6000 and 1000 images; standardized with the training pixels' mean and std
+    (the usual constants 0.2860 and 0.3530)."""
+    raw = load_fashion_mnist(standardize=False)
+    assert float(raw.x.double().mean()) == pytest.approx(0.2860, abs=1e-4)
+    assert float(raw.x.double().std(unbiased=False)) == pytest.approx(0.3530, abs=1e-4)
+    train = load_fashion_mnist()
+    assert train.name == "fashion-mnist-train" and train.x.shape == (60000, 1, 28, 28)
+    assert train.x.dtype == torch.float32 and train.num_classes == 10
+    assert torch.bincount(train.labels).tolist() == [6000] * 10
+    torch.testing.assert_close(train.labels, raw.labels, rtol=0, atol=0)
+    assert float(train.x.double().mean()) == pytest.approx(0.0, abs=1e-6)
+    assert float(train.x.double().std(unbiased=False)) == pytest.approx(1.0, abs=1e-6)
+    mean, std = raw.x.double().mean(), raw.x.double().std(unbiased=False)
+    torch.testing.assert_close(train.x[:500], ((raw.x[:500] - mean) / std).float())
+    del raw
+    test = load_fashion_mnist("test")
+    assert test.name == "fashion-mnist-test" and test.x.shape == (10000, 1, 28, 28)
+    assert torch.bincount(test.labels).tolist() == [1000] * 10
+    # the test split on the training scale: close to, not exactly, zero mean and unit std
+    assert abs(float(test.x.mean())) < 0.05 and abs(float(test.x.std()) - 1.0) < 0.05
+    sub = train.balanced_subsample(2005, torch.Generator().manual_seed(0))
+    assert torch.bincount(sub.labels).tolist() == [201] * 5 + [200] * 5
+    torch.testing.assert_close(sub.x, train.x[sub.indices], rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """``cntk-vs-cnn``: its judge on both sides of its threshold, its config's constraints, its tiny
-run against kernels computed here from their closed forms with NumPy, and its kernel
-regression against a direct solve."""
+run against kernels computed here from their closed forms with NumPy, its kernel
+regression against a direct solve, and its Fashion-MNIST path on small idx files."""
 
 from __future__ import annotations
 
+import gzip
 import math
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +15,20 @@ import torch
 
 from ntklab.data import load_digits
 from ntklab.errors import NtklabValueError
-from ntklab.experiments import RunResult, get_experiment, metrics_from_values, resolve_config
+from ntklab.experiments import (
+    RunContext,
+    RunResult,
+    get_experiment,
+    metrics_from_values,
+    resolve_config,
+)
 from ntklab.experiments.cntk_vs_cnn import (
     MODELS,
     CntkVsCnnConfig,
     cnn_architecture,
     judge,
     kernel_regression_accuracy,
+    measure,
 )
 from ntklab.experiments.testing import run_tiny
 
@@ -91,10 +101,30 @@ def test_config_error_states_expected_and_received() -> None:
     with pytest.raises(NtklabValueError, match=r"n_train \+ n_test.*at most 1797.*1856"):
         resolve_config(get_experiment(NAME), "quick", {"n_train": "1600"})
     # CIFAR-10: the pool is 5 n_train training and 5 n_test test images, capped by the splits
-    config = resolve_config(get_experiment(NAME), "paper", {"n_test": "10000"})
+    cifar = {"dataset": "cifar10", "n_test": "10000"}
+    config = resolve_config(get_experiment(NAME), "paper", cifar)
     assert isinstance(config, CntkVsCnnConfig) and config.n_test == 10000
     with pytest.raises(NtklabValueError, match=r"n_train \+ n_test.*at most 60000"):
-        resolve_config(get_experiment(NAME), "paper", {"n_train": "50001", "n_test": "10000"})
+        resolve_config(get_experiment(NAME), "paper", cifar | {"n_train": "50001"})
+    # Fashion-MNIST: each split on its own
+    config = resolve_config(get_experiment(NAME), "paper", {"n_train": "60000", "n_test": "10000"})
+    assert isinstance(config, CntkVsCnnConfig) and config.dataset == "fashion-mnist"
+    with pytest.raises(
+        NtklabValueError,
+        match=r"n_train: expected at most 60000 \(the Fashion-MNIST training images\), "
+        "received 60001",
+    ):
+        resolve_config(get_experiment(NAME), "paper", {"n_train": "60001"})
+    with pytest.raises(NtklabValueError, match=r"n_test: expected at most 10000 .*10001"):
+        resolve_config(get_experiment(NAME), "paper", {"n_test": "10001"})
+
+
+def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, CntkVsCnnConfig)
+    assert config.dataset == "fashion-mnist" and config.data_root is None
+    assert (config.n_train, config.n_test, config.depth) == (2000, 1000, 5)
+    assert (config.cnn_width, config.cnn_steps) == (128, 2000)
 
 
 # --- tiny run ------------------------------------------------------------------------------
@@ -214,6 +244,68 @@ def test_tiny_run_accuracies_match_numpy_kernels(tiny: RunResult) -> None:
         assert arrays["accuracies"][i] == pytest.approx(right, abs=1e-12)
     # chance is 0.1 on 10 classes: the kernels do far better even on 40 images
     assert metrics["cntk_gap_accuracy"] > 0.3 and metrics["mlp_ntk_accuracy"] > 0.3
+
+
+def test_tiny_run_names_its_data_and_stores_the_positions(tiny: RunResult) -> None:
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    assert tiny.dataset == (
+        "scikit-learn digits (8x8), 80 of the 1797 images drawn uniformly: the first 40 for "
+        "training, the other 40 for testing; seed 0"
+    )
+    np.testing.assert_array_equal(arrays["train_indices"], arrays["indices"][:40])
+    np.testing.assert_array_equal(arrays["test_indices"], arrays["indices"][40:])
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+def _write_fashion(folder: Path, sizes: dict[str, int]) -> dict[str, tuple[np.ndarray, ...]]:
+    """Small Fashion-MNIST-format files: 6 x 6 images, labels cycling through 0..9."""
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images = rng.integers(0, 256, (sizes[split], 6, 6))
+        labels = rng.permutation(np.arange(sizes[split]) % 10)
+        _write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", images)
+        _write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", labels)
+        arrays[split] = (images, labels)
+    return arrays
+
+
+def test_fashion_mnist_subsets_are_class_balanced_and_recorded(tmp_path: Path) -> None:
+    """On small idx files: 20 training images (2 per class) from the training split and 10
+    test images (1 per class) from the test split, their positions and the data set's name
+    stored with the measurement."""
+    files = _write_fashion(tmp_path, {"train": 60, "test": 30})
+    config = CntkVsCnnConfig(
+        dataset="fashion-mnist",
+        data_root=str(tmp_path),
+        n_train=20,
+        n_test=10,
+        depth=1,
+        cnn_width=4,
+        cnn_steps=2,
+    )
+    m = measure(config, RunContext(out_dir=tmp_path, seed=3))
+    assert m.dataset == (
+        "Fashion-MNIST train, 20 images (class-balanced); Fashion-MNIST test, 10 images "
+        "(class-balanced); seed 3"
+    )
+    train_idx, test_idx = (
+        np.asarray(m.arrays["train_indices"]),
+        np.asarray(m.arrays["test_indices"]),
+    )
+    assert "indices" not in m.arrays
+    assert len(set(train_idx.tolist())) == 20 and len(set(test_idx.tolist())) == 10
+    assert np.bincount(files["train"][1][train_idx], minlength=10).tolist() == [2] * 10
+    assert np.bincount(files["test"][1][test_idx], minlength=10).tolist() == [1] * 10
+    np.testing.assert_array_equal(m.arrays["y_test"], files["test"][1][test_idx])
+    again = measure(config, RunContext(out_dir=tmp_path, seed=3))
+    np.testing.assert_array_equal(again.arrays["train_indices"], train_idx)
+    np.testing.assert_array_equal(again.arrays["test_indices"], test_idx)
 
 
 def test_tiny_run_records_the_cnn_training(tiny: RunResult) -> None:

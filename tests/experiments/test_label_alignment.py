@@ -1,12 +1,15 @@
 """D1 ``label-alignment``: its judge on both sides of every threshold (both criteria), its
 config's errors, its tiny run's metrics recomputed in numpy from the stored spectra and
 energies (binning, fit and bootstrap) and against a float64 Jacobian NTK of the same networks,
-and its measurement on a kernel whose projections are known in closed form."""
+its measurement on a kernel whose projections are known in closed form, and its Fashion-MNIST
+path on small idx files."""
 
 from __future__ import annotations
 
 import copy
+import gzip
 import math
+import struct
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from ntklab.data import load_digits
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.label_alignment import (
@@ -26,6 +30,7 @@ from ntklab.experiments.label_alignment import (
     LabelAlignmentConfig,
     judge,
     load_images,
+    measure,
     measure_alignment,
     network,
 )
@@ -205,6 +210,18 @@ def test_config_n_train_message_states_the_data_set_size() -> None:
     message = str(info.value)
     assert "n_train: expected at most 1797 (the digits training images)" in message
     assert "received 2000" in message
+    with pytest.raises(
+        NtklabValueError, match=r"at most 60000 \(the fashion-mnist training images\)"
+    ):
+        resolve_config(get_experiment(NAME), "paper", {"n_train": "60001"})
+
+
+def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, LabelAlignmentConfig)
+    assert config.dataset == "fashion-mnist" and config.data_root is None
+    assert config.criterion == "seed" and config.n_train == 4000 and config.depth == 3
+    assert (config.mlp_width, config.cnn_channels) == (1024, 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +331,56 @@ def test_tiny_shares_energies_and_outputs_recomputed_from_the_stored_arrays(
         assert metrics[f"label_slope[{name}]"] > metrics[f"permuted_label_slope[{name}]"] + 0.3
         assert abs(metrics[f"permuted_label_slope[{name}]"]) < 0.5
         assert metrics[f"f0_std[{name}]"] > 0.5  # a random, nonzero initial output
+
+
+def test_tiny_run_names_its_data_and_stores_the_positions(
+    arrays: dict[str, np.ndarray], tiny: RunResult
+) -> None:
+    """The stored positions are the digits the targets belong to."""
+    assert (
+        tiny.dataset == "scikit-learn digits (8x8), 120 of the 1797 images drawn uniformly, seed 0"
+    )
+    labels = load_digits().labels.numpy()[arrays["indices"]]
+    # the targets are built in the networks' float32, then widened
+    np.testing.assert_allclose(arrays["targets"], np.eye(10)[labels] - 0.1, rtol=1e-7, atol=1e-7)
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+def test_fashion_mnist_subset_is_class_balanced_and_recorded(tmp_path: Path) -> None:
+    """On small idx files (6 x 6 images, 6 per class): 23 training images, 3 of classes 0-2 and
+    2 of the others, their positions and the data set's name stored with the measurement."""
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.arange(60) % 10)
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", rng.integers(0, 256, (60, 6, 6)))
+    _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
+    config = LabelAlignmentConfig(
+        dataset="fashion-mnist",
+        data_root=str(tmp_path),
+        networks=("cnn",),
+        n_train=23,
+        cnn_channels=4,
+        bins=3,
+        n_boot=0,
+        n_permutations=1,
+        top_k=5,
+    )
+    m = measure(config, RunContext(out_dir=tmp_path, seed=2))
+    assert m.dataset == "Fashion-MNIST train, 23 images (class-balanced), seed 2"
+    indices = np.asarray(m.arrays["indices"])
+    assert len(set(indices.tolist())) == 23
+    assert np.bincount(labels[indices], minlength=10).tolist() == [3] * 3 + [2] * 7
+    expected = np.eye(10)[labels[indices]] - 0.1
+    np.testing.assert_allclose(m.arrays["targets"], expected, rtol=1e-7, atol=1e-7)
+    data = load_images(
+        "fashion-mnist", str(tmp_path), 23, RunContext(out_dir=tmp_path, seed=2).generator("data")
+    )
+    np.testing.assert_array_equal(data.indices.numpy(), indices)
+    assert data.name == "fashion-mnist-train"
 
 
 def _jacobian_ntk(net: nn.Module, x: torch.Tensor) -> torch.Tensor:

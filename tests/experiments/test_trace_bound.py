@@ -1,10 +1,12 @@
 """D2 ``trace-bound``: its judge on both sides of every threshold, its config's constraints,
-its tiny run against closed forms recomputed here, and its GD loop against the spectral
-formula of a linear model."""
+its tiny run against closed forms recomputed here, its GD loop against the spectral
+formula of a linear model, and its Fashion-MNIST path on small idx files."""
 
 from __future__ import annotations
 
+import gzip
 import math
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from ntklab.experiments.trace_bound import (
     TraceBoundConfig,
     judge,
     linear_model_check,
+    measure,
     train_until_drop,
 )
 
@@ -153,6 +156,25 @@ def test_config_errors_name_the_key(key: str, value: str) -> None:
 def test_config_error_states_expected_and_received() -> None:
     with pytest.raises(NtklabValueError, match=r"n_train \+ n_test.*at most 1797.*1956"):
         resolve_config(get_experiment(NAME), "quick", {"n_train": "1700"})
+    # Fashion-MNIST: training images from its training split, test images from its test split
+    config = resolve_config(get_experiment(NAME), "paper", {"n_train": "60000", "n_test": "10000"})
+    assert isinstance(config, TraceBoundConfig) and config.dataset == "fashion-mnist"
+    with pytest.raises(NtklabValueError, match=r"n_train: expected at most 60000 .*60001"):
+        resolve_config(get_experiment(NAME), "paper", {"n_train": "60001"})
+    with pytest.raises(
+        NtklabValueError,
+        match=r"n_test: expected at most 10000 \(the Fashion-MNIST test images\), received "
+        "10001",
+    ):
+        resolve_config(get_experiment(NAME), "paper", {"n_test": "10001"})
+
+
+def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, TraceBoundConfig)
+    assert config.dataset == "fashion-mnist" and config.data_root is None
+    assert (config.n_train, config.n_test, config.max_steps) == (1000, 1000, 20000)
+    assert (config.mlp_width, config.cnn_channels) == (2048, 128)
 
 
 # --- tiny run ------------------------------------------------------------------------------
@@ -222,6 +244,62 @@ def test_tiny_run_figures_match_the_spectral_closed_forms(tiny: RunResult) -> No
             assert linearized[0] == pytest.approx(loss[0], rel=1e-5)
     # f_0 = 0: the loss at t = 0 is ||Y||^2 / 2 of centered one-hot labels (0.45 per image)
     np.testing.assert_allclose(arrays["loss_mlp_zero"][0], 0.45 * config.n_train, rtol=1e-5)
+
+
+def test_tiny_run_names_its_data_and_stores_the_positions(tiny: RunResult) -> None:
+    config = TraceBoundConfig.model_validate(tiny.config)
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    assert tiny.dataset == (
+        "scikit-learn digits (8x8), 100 of the 1797 images drawn uniformly: the first 60 for "
+        "training, the other 40 for testing; seed 0"
+    )
+    gen = RunContext(out_dir=Path("."), seed=config.seed).generator("data")
+    expected = torch.randperm(1797, generator=gen)[: config.n_train + config.n_test].numpy()
+    np.testing.assert_array_equal(arrays["train_indices"], expected[: config.n_train])
+    np.testing.assert_array_equal(arrays["test_indices"], expected[config.n_train :])
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+def test_fashion_mnist_subsets_are_class_balanced_and_recorded(tmp_path: Path) -> None:
+    """On small idx files (6 x 6 images): 20 training images (2 per class) from the training
+    split, 10 test images (1 per class) from the test split, their positions and the data
+    set's name stored with the measurement."""
+    rng = np.random.default_rng(1)
+    labels = {}
+    for split, prefix, n in (("train", "train", 40), ("test", "t10k", 20)):
+        labels[split] = rng.permutation(np.arange(n) % 10)
+        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 6, 6)))
+        _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", labels[split])
+    config = TraceBoundConfig(
+        dataset="fashion-mnist",
+        data_root=str(tmp_path),
+        networks=("mlp",),
+        inits=("zero",),
+        n_train=20,
+        n_test=10,
+        mlp_width=8,
+        drop=2.0,
+        max_steps=5,
+        chunk_steps=5,
+        linear_steps=2,
+    )
+    m = measure(config, RunContext(out_dir=tmp_path, seed=4))
+    assert m.dataset == (
+        "Fashion-MNIST train, 20 images (class-balanced); Fashion-MNIST test, 10 images "
+        "(class-balanced); seed 4"
+    )
+    train_idx = np.asarray(m.arrays["train_indices"])
+    test_idx = np.asarray(m.arrays["test_indices"])
+    assert len(set(train_idx.tolist())) == 20 and len(set(test_idx.tolist())) == 10
+    assert np.bincount(labels["train"][train_idx], minlength=10).tolist() == [2] * 10
+    assert np.bincount(labels["test"][test_idx], minlength=10).tolist() == [1] * 10
+    # f_0 = 0: the loss at t = 0 is ||Y||^2 / 2 of the drawn images' centered one-hot labels
+    np.testing.assert_allclose(m.arrays["loss_mlp_zero"][0], 0.45 * 20, rtol=1e-5)
 
 
 @pytest.mark.parametrize(("name", "init"), [("mlp", "zero"), ("cnn", "random")])

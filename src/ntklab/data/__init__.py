@@ -1,7 +1,14 @@
 """Targets and datasets: sphere, circle and hypercube sampling, tent maps, trigonometric and
 spherical polynomials, sparse parities, source-condition targets, and small real datasets."""
 
-from .datasets import Dataset, load_cifar10, load_digits, load_mnist
+from .datasets import (
+    FASHION_MNIST_ROOT,
+    Dataset,
+    load_cifar10,
+    load_digits,
+    load_fashion_mnist,
+    load_mnist,
+)
 from .sampling import circle_grid, hypercube, uniform_circle, uniform_sphere
 from .targets import (
     CapacityFit,
@@ -22,6 +29,7 @@ from .targets import (
 )
 
 __all__ = [
+    "FASHION_MNIST_ROOT",
     "CapacityFit",
     "Dataset",
     "SourceConditionTarget",
@@ -38,6 +46,7 @@ __all__ = [
     "kernel_predictor_coefficients_s1",
     "load_cifar10",
     "load_digits",
+    "load_fashion_mnist",
     "load_mnist",
     "random_sparse_parity",
     "random_sphere_polynomial",

@@ -1,8 +1,17 @@
-r"""Small real datasets as tensors: scikit-learn's digits, MNIST and CIFAR-10 from local files.
+r"""Small real datasets as tensors: scikit-learn's digits, MNIST, Fashion-MNIST and CIFAR-10
+from local files.
 
-Nothing is ever downloaded. MNIST and CIFAR-10 are read from a local folder in their standard
-distribution formats; a missing or malformed folder raises
-:class:`~ntklab.errors.NtklabValueError` naming the path and the files expected there.
+Nothing is ever downloaded. MNIST, Fashion-MNIST (Xiao, Rasul & Vollgraf 2017,
+arXiv:1708.07747) and CIFAR-10 are read from a local folder in their standard distribution
+formats; a missing or malformed folder raises :class:`~ntklab.errors.NtklabValueError` naming
+the path and the files expected there. Fashion-MNIST has a default folder,
+:data:`FASHION_MNIST_ROOT`, where Debian's package ``dataset-fashion-mnist`` installs it
+(``sudo apt-get install dataset-fashion-mnist``).
+
+Subsets. :meth:`Dataset.subsample` draws uniformly, :meth:`Dataset.balanced_subsample` the
+same number of examples from every class; both are reproducible from a seeded
+``torch.Generator`` and record, in :attr:`Dataset.indices`, which examples of the full split
+they kept, so that an experiment can store them.
 
 Layout. Images are torch's channels-first batches ``(n, C, H, W)`` (NCHW), ready for
 :class:`ntklab.kernels.Conv` and ``nn.Conv2d`` without a permute (neural-tangents and
@@ -21,7 +30,7 @@ import gzip
 import math
 import pickle
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,10 +44,23 @@ from ntklab.errors import NtklabTypeError, NtklabValueError
 
 from ._validation import check_float_dtype, check_generator
 
-__all__ = ["Dataset", "load_cifar10", "load_digits", "load_mnist"]
+__all__ = [
+    "FASHION_MNIST_ROOT",
+    "Dataset",
+    "load_cifar10",
+    "load_digits",
+    "load_fashion_mnist",
+    "load_mnist",
+]
 
 TargetKind = Literal["onehot", "binary", "centered_onehot"]
 Split = Literal["train", "test"]
+
+#: Where Debian's package ``dataset-fashion-mnist`` installs Fashion-MNIST's four idx files
+#: (``sudo apt-get install dataset-fashion-mnist``); the default ``root`` of
+#: :func:`load_fashion_mnist`.
+FASHION_MNIST_ROOT = Path("/usr/share/datasets/fashion-mnist")
+_FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,19 +81,28 @@ class Dataset:
     num_classes : int
         Number of classes ``C >= 1``.
     name : str
-        A short description (e.g. ``"digits"``, ``"cifar10-train"``).
+        A short description (e.g. ``"digits"``, ``"fashion-mnist-train"``).
+    indices : Tensor of shape (n,)
+        ``int64`` positions of the examples in the full split they were drawn from, kept
+        through :meth:`subsample`, :meth:`balanced_subsample` and :meth:`split`; by default
+        (an empty tensor is given) ``0 .. n-1``, the full split in order.
 
     Examples
     --------
     >>> ds = Dataset(torch.zeros(3, 2), torch.tensor([0, 1, 1]), 2, "toy")
     >>> ds.targets("binary")
     tensor([-1.,  1.,  1.])
+    >>> ds
+    Dataset('toy', x (3, 2) torch.float32, 2 classes)
+    >>> ds.balanced_subsample(2, torch.Generator().manual_seed(0)).labels.sort().values
+    tensor([0, 1])
     """
 
     x: Tensor
     labels: Tensor
     num_classes: int
     name: str = "dataset"
+    indices: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
 
     def __post_init__(self) -> None:
         if not isinstance(self.x, Tensor) or not self.x.is_floating_point() or self.x.ndim < 1:
@@ -107,9 +138,43 @@ class Dataset:
             raise NtklabValueError(
                 f"labels: expected the device of x ({self.x.device}), got {self.labels.device}"
             )
+        if not isinstance(self.indices, Tensor) or self.indices.dtype != torch.int64:
+            got = (
+                f"dtype {self.indices.dtype}"
+                if isinstance(self.indices, Tensor)
+                else type(self.indices).__name__
+            )
+            raise NtklabTypeError(f"indices: expected an int64 tensor of shape (n,), got {got}")
+        if self.indices.numel() == 0 and len(self) > 0:
+            object.__setattr__(self, "indices", torch.arange(len(self), device=self.x.device))
+        if self.indices.shape != (len(self),):
+            raise NtklabValueError(
+                f"indices: expected shape ({len(self)},) to match x's first dimension, got "
+                f"{tuple(self.indices.shape)}"
+            )
+        if self.indices.device != self.x.device:
+            raise NtklabValueError(
+                f"indices: expected the device of x ({self.x.device}), got {self.indices.device}"
+            )
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.name!r}, x {tuple(self.x.shape)} {self.x.dtype}, "
+            f"{self.num_classes} classes)"
+        )
+
+    def _take(self, idx: Tensor, name: str | None = None) -> Dataset:
+        """The examples at positions ``idx`` of this dataset, their indices carried along."""
+        return replace(
+            self,
+            x=self.x[idx],
+            labels=self.labels[idx],
+            indices=self.indices[idx],
+            name=self.name if name is None else name,
+        )
 
     def one_hot(self) -> Tensor:
         """One-hot targets, shape ``(n, num_classes)``, in ``x``'s dtype and device."""
@@ -141,12 +206,69 @@ class Dataset:
         return y
 
     def subsample(self, n: int, generator: torch.Generator) -> Dataset:
-        """``n`` examples drawn without replacement (uniformly random order)."""
+        """``n`` examples drawn without replacement (uniformly random order); their positions
+        in the full split are in :attr:`indices`."""
         n = check_positive_int("n", n)
         if n > len(self):
             raise NtklabValueError(f"n: expected an int <= {len(self)} (the size), got {n}")
         idx = self._permutation(generator)[:n]
-        return replace(self, x=self.x[idx], labels=self.labels[idx])
+        return self._take(idx)
+
+    def balanced_subsample(self, n: int, generator: torch.Generator) -> Dataset:
+        """``n`` examples, the same number from every class, drawn without replacement.
+
+        Each class contributes ``n // num_classes`` examples; the remainder
+        ``n % num_classes`` goes one each to the classes with the smallest indices
+        (``0, 1, ...``). Within each class the examples are the first of that class in a
+        uniformly random permutation drawn from ``generator``, and the subset keeps that
+        permutation's order (classes interleaved at random, so any prefix is a uniform
+        draw too). The same generator state gives the same subset; its positions in the full
+        split are in :attr:`indices`.
+
+        Parameters
+        ----------
+        n : int
+            Size of the subset, ``1 <= n <= len(self)``.
+        generator : torch.Generator
+            Source of the permutation.
+
+        Returns
+        -------
+        Dataset
+            ``n`` examples, the same name.
+
+        Raises
+        ------
+        NtklabValueError
+            When a class has fewer examples than its share of ``n``.
+        """
+        n = check_positive_int("n", n)
+        if n > len(self):
+            raise NtklabValueError(f"n: expected an int <= {len(self)} (the size), got {n}")
+        classes = self.num_classes
+        base, extra = divmod(n, classes)
+        quota = torch.full((classes,), base, dtype=torch.int64, device=self.labels.device)
+        quota[:extra] += 1
+        counts = torch.bincount(self.labels, minlength=classes)
+        short = (counts < quota).nonzero().flatten().tolist()
+        if short:
+            c = short[0]
+            smallest = int(counts.min())
+            # the largest feasible n: `smallest` from each class, plus one from each of the
+            # leading classes that have more
+            leading = counts > smallest
+            most = smallest * classes + int(leading.cumprod(0).sum())
+            raise NtklabValueError(
+                f"n: expected at most {most} for a class-balanced subset ({classes} classes, "
+                f"the smallest has {smallest} examples), got {n}: class {c} has "
+                f"{int(counts[c])} examples and its share is {int(quota[c])}"
+            )
+        perm = self._permutation(generator)
+        drawn = self.labels[perm]  # shape: (N,)
+        # rank of each drawn example among the drawn examples of its class (0, 1, ...)
+        onehot = torch.nn.functional.one_hot(drawn, classes)  # shape: (N, C)
+        rank = onehot.cumsum(0).gather(1, drawn[:, None]).squeeze(1) - 1
+        return self._take(perm[rank < quota[drawn]])
 
     def split(self, n_train: int, generator: torch.Generator) -> tuple[Dataset, Dataset]:
         """A random partition into ``n_train`` training and ``n - n_train`` held-out examples.
@@ -164,10 +286,7 @@ class Dataset:
             )
         perm = self._permutation(generator)
         tr, te = perm[:n_train], perm[n_train:]
-        return (
-            replace(self, x=self.x[tr], labels=self.labels[tr], name=f"{self.name}/train"),
-            replace(self, x=self.x[te], labels=self.labels[te], name=f"{self.name}/test"),
-        )
+        return self._take(tr, f"{self.name}/train"), self._take(te, f"{self.name}/test")
 
     def flatten(self) -> Dataset:
         """The same examples with ``x`` reshaped to ``(n, features)``."""
@@ -180,7 +299,10 @@ class Dataset:
         if dtype is not None:
             check_float_dtype(dtype)
         return replace(
-            self, x=self.x.to(dtype=dtype, device=device), labels=self.labels.to(device=device)
+            self,
+            x=self.x.to(dtype=dtype, device=device),
+            labels=self.labels.to(device=device),
+            indices=self.indices.to(device=device),
         )
 
     def _permutation(self, generator: torch.Generator) -> Tensor:
@@ -276,19 +398,35 @@ def _check_split(split: object) -> Split:
     return "train" if split == "train" else "test"
 
 
+#: Images per chunk when summing pixel statistics (bounds the temporary arrays).
+_STATS_CHUNK = 4096
+
+
 def _channel_stats(pixels: list[NDArray[np.uint8]]) -> tuple[NDArray[np.float64], ...]:
-    """Per-channel mean and std over all NCHW uint8 arrays, of intensities scaled to [0, 1]."""
+    """Per-channel mean and std over all NCHW uint8 arrays, of intensities scaled to [0, 1].
+
+    The sums of the pixel values and of their squares are exact integers (in chunks of
+    :data:`_STATS_CHUNK` images), so the statistics carry one rounding only."""
     channels = pixels[0].shape[1]
-    total = np.zeros(channels)
-    total_sq = np.zeros(channels)
+    total = [0] * channels
+    total_sq = [0] * channels
     count = 0
     for block in pixels:
-        scaled = block.astype(np.float64) / 255.0  # shape: (n, C, H, W)
-        total += scaled.sum(axis=(0, 2, 3))
-        total_sq += np.square(scaled).sum(axis=(0, 2, 3))
-        count += scaled.shape[0] * scaled.shape[2] * scaled.shape[3]
-    mean = total / count
-    std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
+        for start in range(0, block.shape[0], _STATS_CHUNK):
+            chunk = block[start : start + _STATS_CHUNK]  # shape: (b, C, H, W)
+            wide = chunk.astype(np.int64)
+            sums = wide.sum(axis=(0, 2, 3))
+            squares = np.square(wide).sum(axis=(0, 2, 3))
+            for c in range(channels):
+                total[c] += int(sums[c])
+                total_sq[c] += int(squares[c])
+        count += block.shape[0] * block.shape[2] * block.shape[3]
+    mean = np.array([t / (255.0 * count) for t in total])
+    # variance count^2 Var = count sum(v^2) - (sum v)^2, exact in Python integers
+    var = np.array(
+        [(count * q - t * t) / (255.0**2 * count**2) for t, q in zip(total, total_sq, strict=True)]
+    )
+    std = np.sqrt(np.maximum(var, 0.0))
     return mean, np.where(std > 0, std, 1.0)
 
 
@@ -302,10 +440,11 @@ def _to_dataset(
 ) -> Dataset:
     # copies only when needed (idx data is a read-only buffer)
     writable = np.require(pixels, requirements=["C_CONTIGUOUS", "WRITEABLE"])
-    x = torch.from_numpy(writable).to(dtype=dtype) / 255.0  # shape: (n, C, H, W)
+    x = torch.from_numpy(writable).to(dtype=dtype)  # a new tensor; shape: (n, C, H, W)
+    x.div_(255.0)
     if stats is not None:
         mean, std = (torch.from_numpy(v).to(dtype)[:, None, None] for v in stats)
-        x = (x - mean) / std
+        x.sub_(mean).div_(std)
     return Dataset(
         x=x.to(device=device),
         labels=torch.from_numpy(labels.astype(np.int64)).to(device=device),
@@ -369,16 +508,20 @@ def _read_idx(path: Path) -> NDArray[Any]:
     return array
 
 
-def _mnist_arrays(folders: list[Path], split: Split) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+def _mnist_arrays(
+    folders: list[Path], split: Split, title: str = "MNIST", hint: str = ""
+) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    """Images ``(n, 1, H, W)`` and labels of one split of an MNIST-format data set (MNIST,
+    Fashion-MNIST); ``title`` and ``hint`` go into the error for missing files."""
     image_stem, label_stem = _MNIST_FILES[split]
     image_path = _find_file(folders, image_stem)
     label_path = _find_file(folders, label_stem)
     if image_path is None or label_path is None:
         missing = [s for s, p in ((image_stem, image_path), (label_stem, label_path)) if p is None]
         raise NtklabValueError(
-            f"root: expected the MNIST {split} files {image_stem} and {label_stem} (plain or "
+            f"root: expected the {title} {split} files {image_stem} and {label_stem} (plain or "
             f".gz) in {' or '.join(str(f) for f in folders)}, but {', '.join(missing)} is "
-            f"missing"
+            f"missing{hint}"
         )
     images = _read_idx(image_path)
     labels = _read_idx(label_path)
@@ -399,6 +542,36 @@ def _mnist_arrays(folders: list[Path], split: Split) -> tuple[NDArray[np.uint8],
             f"[{labels64.min()}, {labels64.max()}]"
         )
     return images[:, None], labels64  # NCHW, one channel
+
+
+def _load_idx_dataset(
+    folders: list[Path],
+    split: Split,
+    *,
+    title: str,
+    prefix: str,
+    hint: str,
+    standardize: bool,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> Dataset:
+    """One split of an MNIST-format data set, named ``f"{prefix}-{split}"``, standardized
+    with the train split's per-channel statistics."""
+    images, labels = _mnist_arrays(folders, split, title, hint)
+    stats = None
+    if standardize:
+        train = images if split == "train" else _mnist_arrays(folders, "train", title, hint)[0]
+        stats = _channel_stats([train])
+    return _to_dataset(images, labels, stats, f"{prefix}-{split}", dtype, device)
+
+
+def _is_fashion_folder(folder: Path) -> bool:
+    """Whether ``folder`` is (inside) a folder named for Fashion-MNIST, or the default one."""
+    resolved = folder.resolve()
+    if resolved == FASHION_MNIST_ROOT.resolve():
+        return True
+    names = {"fashion-mnist", "fashionmnist"}
+    return any(part.lower().replace("_", "-") in names for part in resolved.parts)
 
 
 def load_mnist(
@@ -434,17 +607,117 @@ def load_mnist(
     Dataset
         ``x`` of shape ``(n, 1, H, W)`` (NCHW; 28 x 28 for the real files), 10 classes, named
         ``"mnist-train"`` or ``"mnist-test"``.
+
+    Raises
+    ------
+    NtklabValueError
+        When files are missing or malformed, or when ``root`` is Fashion-MNIST's folder
+        (:data:`FASHION_MNIST_ROOT`, or a folder named ``fashion-mnist`` / ``FashionMNIST``):
+        its files have MNIST's names, but the data set is another one; read it with
+        :func:`load_fashion_mnist` so that it is named what it is.
     """
     folder = _check_root(root)
     split = _check_split(split)
     dtype = check_float_dtype(dtype)
-    folders = [folder, folder / "MNIST" / "raw"]
-    images, labels = _mnist_arrays(folders, split)
-    stats = None
-    if standardize:
-        train = images if split == "train" else _mnist_arrays(folders, "train")[0]
-        stats = _channel_stats([train])
-    return _to_dataset(images, labels, stats, f"mnist-{split}", dtype, device)
+    if _is_fashion_folder(folder):
+        raise NtklabValueError(
+            f"root: expected a folder of MNIST's files, got {folder}, which holds "
+            f"Fashion-MNIST (same file names, another data set); load it with "
+            f"load_fashion_mnist(split, root={str(folder)!r}) so that it is named "
+            f"'fashion-mnist-{split}'"
+        )
+    return _load_idx_dataset(
+        [folder, folder / "MNIST" / "raw"],
+        split,
+        title="MNIST",
+        prefix="mnist",
+        hint="",
+        standardize=standardize,
+        dtype=dtype,
+        device=device,
+    )
+
+
+def load_fashion_mnist(
+    split: Split = "train",
+    root: str | Path | None = None,
+    *,
+    standardize: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Dataset:
+    """Fashion-MNIST (Xiao, Rasul & Vollgraf 2017, arXiv:1708.07747) from its idx files.
+
+    70000 grayscale 28 x 28 images of clothing in 10 classes (T-shirt/top, trouser,
+    pullover, dress, coat, sandal, shirt, sneaker, bag, ankle boot), 60000 for training and
+    10000 for testing, each class 6000 / 1000 times; the files have MNIST's names and format
+    (``train-images-idx3-ubyte.gz``, ``train-labels-idx1-ubyte.gz``,
+    ``t10k-images-idx3-ubyte.gz``, ``t10k-labels-idx1-ubyte.gz``, plain or gzipped), read by
+    the same code as :func:`load_mnist`. Never downloads: Debian's package
+    ``dataset-fashion-mnist`` installs the files in :data:`FASHION_MNIST_ROOT`
+    (``sudo apt-get install dataset-fashion-mnist``).
+
+    Parameters
+    ----------
+    split : {"train", "test"}
+        60000 or 10000 images in the real files.
+    root : str, Path or None
+        The folder (also searched: ``root/FashionMNIST/raw``, torchvision's layout); ``None``
+        for :data:`FASHION_MNIST_ROOT`.
+    standardize : bool
+        Subtract the mean and divide by the std of all *training* pixels (intensities scaled
+        to [0, 1]); for ``split="test"`` the training images are read for these statistics.
+        Otherwise intensities in [0, 1].
+    dtype, device
+        Of ``x``.
+
+    Returns
+    -------
+    Dataset
+        ``x`` of shape ``(n, 1, 28, 28)`` (NCHW), integer labels (one-hot with
+        :meth:`Dataset.targets`), 10 classes, named ``"fashion-mnist-train"`` or
+        ``"fashion-mnist-test"``.
+
+    Raises
+    ------
+    NtklabValueError
+        When the folder or its files are missing (the message names the folder and the
+        package that installs them) or malformed.
+
+    Examples
+    --------
+    >>> load_fashion_mnist("test")  # doctest: +SKIP
+    Dataset('fashion-mnist-test', x (10000, 1, 28, 28) torch.float32, 10 classes)
+    """
+    split = _check_split(split)
+    dtype = check_float_dtype(dtype)
+    hint = (
+        f"; install Fashion-MNIST with `sudo apt-get install {_FASHION_MNIST_PACKAGE}` (it "
+        f"puts the files in {FASHION_MNIST_ROOT}) or pass root= a folder holding them"
+    )
+    if root is None:
+        folder = FASHION_MNIST_ROOT
+    elif isinstance(root, str | Path):
+        folder = Path(root).expanduser()
+    else:
+        raise NtklabTypeError(
+            f"root: expected a str or pathlib.Path folder or None, got {type(root).__name__}"
+        )
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise NtklabValueError(
+            f"root: expected the folder of Fashion-MNIST's idx files, got {folder} ({what}){hint}"
+        )
+    return _load_idx_dataset(
+        [folder, folder / "FashionMNIST" / "raw"],
+        split,
+        title="Fashion-MNIST",
+        prefix="fashion-mnist",
+        hint=hint,
+        standardize=standardize,
+        dtype=dtype,
+        device=device,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
