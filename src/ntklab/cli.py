@@ -516,6 +516,41 @@ def table_command(
     _stdout().print(Text(f"claims table written to {write}"))
 
 
+@app.command("report")
+def report_command(
+    results: Annotated[
+        Path, typer.Argument(help="Folder of committed results (quick/ and paper/).")
+    ] = Path("results"),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Folder of the claims report (index.html, one page per claim)."),
+    ] = Path("ntklab-report"),
+    runs: Annotated[
+        Path,
+        typer.Option(
+            "--runs",
+            help="Folder of run folders where the figures of the committed runs are looked up.",
+        ),
+    ] = DEFAULT_OUT,
+) -> None:
+    """Write the claims report of the committed results: index.html (and index.md) with the
+    quick and paper scale side by side, and one page per claim (reported figure, quick and
+    paper results, all metrics, figures when the run folders are in --runs)."""
+    from ntklab.experiments.fingerprint import code_fingerprint
+    from ntklab.report.claim_pages import write_claims_report
+
+    try:
+        written = write_claims_report(
+            results, out, runs_root=runs, current_code=code_fingerprint().digest
+        )
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    except OSError as exc:
+        _stderr().print(Text(f"error: could not write the claims report: {exc}", style="red"))
+        raise typer.Exit(1) from None
+    _stdout().print(Text(f"claims report: {written[0]} ({len(written) // 2 - 1} claim pages)"))
+
+
 def _select(only: Sequence[str]) -> list[Experiment]:
     from ntklab.experiments import get_experiment, list_experiments
 

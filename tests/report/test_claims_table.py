@@ -35,6 +35,7 @@ def test_committed_results_are_tabled_with_the_reported_figure(tmp_path: Path) -
     paper = run_experiment(bad, "paper", out_root=tmp_path / "runs")
     root = tmp_path / "results"
     assert commit_result(quick, root) == root / "quick" / "fake-good.json"
+    assert (root / "quick" / "fake-good.json").stat().st_mode & 0o777 == 0o644
     commit_result(paper, root)
     back = read_committed(root)
     assert set(back) == {("fake-good", "quick"), ("fake-bad", "paper")}

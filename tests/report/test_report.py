@@ -25,7 +25,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[RunResult]:
     experiments = [
         fake_experiment("fake-err", "Z10", error=RuntimeError("boom <b>")),
         fake_experiment("fake-fail", "Z2", passed=False),
-        fake_experiment("fake-pass", "Z1"),
+        dataclasses.replace(fake_experiment("fake-pass", "Z1"), dataset="synthetic: noise <n>"),
     ]
     judged = [run_experiment(e, "quick", out_root=out) for e in experiments]
     smoke = run_experiment(fake_experiment("fake-smoke", "Z3"), "tiny", out_root=out)
@@ -44,13 +44,17 @@ def test_markdown_has_header_claims_table_and_sections(
     passing = results[2]
     link = Path(os.path.relpath(passing.run_dir / "line.png", tmp_path)).as_posix()
     row = (  # the criterion as applied to the grid that ran (n = 8), not the general one
-        "| Z1 | fake-pass (quick) | value equals n = 8 | value 8 matches prediction 8 | **PASS** | "
-        f"[line.png]({link}) |"
+        "| Z1 | fake-pass (quick) | synthetic: noise \\<n> | value equals n = 8 "
+        f"| value 8 matches prediction 8 | **PASS** | [line.png]({link}) |"
     )
     assert row in md
+    assert "Scales: **quick** 3 runs, **tiny** 1 run." in md
+    assert "## Z1 `fake-pass`: PASS · scale quick\n" in md
+    assert "**Data set.** synthetic: noise \\<n>" in md
+    assert "*line.png: fake-pass, scale quick, data set: synthetic: noise \\<n>*" in md
     assert (
-        "| Z10 | fake-err (quick) | value equals n | error: RuntimeError: boom \\<b> "
-        "| **ERROR** | — |" in md
+        "| Z10 | fake-err (quick) | not named (the run records no data set) "
+        "| value equals n | error: RuntimeError: boom \\<b> | **ERROR** | — |" in md
     )
     # claims in natural order: Z1, Z2, Z3, Z10
     order = [md.index(f"## {c} ") for c in ("Z1", "Z2", "Z3", "Z10")]
@@ -85,6 +89,22 @@ def test_html_is_self_contained_and_escaped(results: list[RunResult], tmp_path: 
     assert '<span class="verdict ERROR">ERROR</span>' in html
 
 
+def test_reports_mark_the_scale_and_name_the_data_set(results: list[RunResult]) -> None:
+    html = render_html(results, generated_at=WHEN)
+    quick = '<span class="scale scale-quick">scale quick</span>'
+    tiny = '<span class="scale scale-tiny">scale tiny</span>'
+    assert f"Scales: {quick} 3 runs, {tiny} 1 run." in html
+    assert f"<td>{quick}</td>" in html and f"<td>{tiny}</td>" in html
+    # in the summary row, in the section's title and beside the figure
+    assert (
+        f'(quick)</td><td>{quick}</td><td class="dataset">synthetic: noise &lt;n&gt;</td>' in html
+    )
+    assert f"<code>fake-pass</code> {quick} <span" in html
+    assert "<strong>Data set.</strong> synthetic: noise &lt;n&gt;</p>" in html
+    assert "line.png: fake-pass, scale quick, data set: synthetic: noise &lt;n&gt;" in html
+    assert html.count("not named (the run records no data set)") >= 3
+
+
 def test_missing_figure_is_reported_not_fatal(results: list[RunResult], tmp_path: Path) -> None:
     ghost = dataclasses.replace(results[2], figures=("ghost.png",))
     _, html_path = write_report([ghost], tmp_path / "nested" / "out")
@@ -110,7 +130,10 @@ def test_reports_say_what_a_verdict_means_and_show_smoke_runs(results: list[RunR
     assert "not judged" in md.split("- **SMOKE**", 1)[1].split("\n", 1)[0]
     # the smoke run: its own label, its criterion as applied but not judged
     assert "## Z3 `fake-smoke`: SMOKE (smoke run, not judged)" in md
-    assert "| Z3 | fake-smoke (tiny) | value equals n = 4 |" in md
+    assert (
+        "| Z3 | fake-smoke (tiny) | not named (the run records no data set) | value equals n = 4 |"
+        in md
+    )
     assert "| **SMOKE** (not judged) |" in md
     assert (
         "**Criterion as applied to this grid (not judged at scale tiny).** value equals n = 4" in md

@@ -14,8 +14,10 @@ __all__ = [
     "VERSION_KEYS",
     "code_counts",
     "code_digest",
+    "count_scales",
     "count_verdicts",
     "criterion_label",
+    "dataset_text",
     "figure_anchor",
     "format_ci",
     "format_value",
@@ -108,6 +110,19 @@ def merged_versions(results: Sequence[RunResult]) -> dict[str, str]:
         if values:
             merged[key] = ", ".join(values)
     return merged
+
+
+def count_scales(results: Sequence[RunResult]) -> dict[str, int]:
+    """Number of runs per scale, in order of first appearance in ``results``."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.scale] = counts.get(r.scale, 0) + 1
+    return counts
+
+
+def dataset_text(result: RunResult) -> str:
+    """The data set a run measured on, or a note that the run did not record it."""
+    return result.dataset or "not named (the run records no data set)"
 
 
 def count_verdicts(results: Sequence[RunResult]) -> dict[str, int]:

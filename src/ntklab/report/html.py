@@ -18,8 +18,10 @@ from ._format import (
     VERDICT_LABELS,
     code_counts,
     code_digest,
+    count_scales,
     count_verdicts,
     criterion_label,
+    dataset_text,
     figure_anchor,
     format_ci,
     format_value,
@@ -29,9 +31,9 @@ from ._format import (
     verdict_meanings,
 )
 
-__all__ = ["png_data_uri", "render_html"]
+__all__ = ["CSS", "html_page", "png_data_uri", "render_html"]
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
        max-width: 72rem; padding: 0 1rem; color: #1d1d1f; line-height: 1.45; }
 h1 { margin-bottom: .2rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #ddd; }
@@ -48,6 +50,14 @@ figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee;
 figcaption { color: #555; font-size: .85rem; }
 pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .82rem; }
 .missing { color: #c62828; }
+.scale { font-weight: 600; padding: .05rem .4rem; border-radius: .25rem; border: 1px solid; }
+.scale-tiny { color: #5b6770; } .scale-quick { color: #0b5cad; } .scale-paper { color: #6a1b9a; }
+.dataset { color: #333; }
+.sides { display: grid; grid-template-columns: 1fr 1fr; gap: 1.5rem; }
+.sides > section { min-width: 0; }
+th.quick, td.quick { border-top: 3px solid #0b5cad; }
+th.paper, td.paper { border-top: 3px solid #6a1b9a; }
+.notrun { color: #777; font-style: italic; }
 """
 
 
@@ -62,6 +72,24 @@ def png_data_uri(path: Path) -> str | None:
 
 def _e(text: object) -> str:
     return escape(str(text), quote=True)
+
+
+def html_page(title: str, body: str) -> str:
+    """A complete, self-contained HTML page: inline CSS, nothing loaded from anywhere.
+
+    ``title`` is escaped; ``body`` is HTML.
+    """
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n"
+        f"<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def scale_badge(scale: str) -> str:
+    """The scale of a run, marked so that it stands out (``scale quick``)."""
+    return f'<span class="scale scale-{_e(scale)}">scale {_e(scale)}</span>'
 
 
 def _verdict(verdict: str) -> str:
@@ -111,6 +139,8 @@ def _summary_table(results: Sequence[RunResult]) -> str:
             "<tr>"
             f"<td>{_e(r.claim_id)}</td>"
             f'<td><a href="#{_e(section_anchor(r))}">{_e(r.experiment)}</a> ({_e(r.scale)})</td>'
+            f"<td>{scale_badge(r.scale)}</td>"
+            f'<td class="dataset">{_e(dataset_text(r))}</td>'
             f"<td>{_e(r.criterion)}</td>"
             f"<td>{_e(r.summary)}</td>"
             f"<td>{_verdict_cell(r)}</td>"
@@ -119,7 +149,16 @@ def _summary_table(results: Sequence[RunResult]) -> str:
         )
     head = "".join(
         f"<th>{h}</th>"
-        for h in ("Claim", "Experiment", "Criterion as applied", "Measured", "Verdict", "Figure")
+        for h in (
+            "Claim",
+            "Experiment",
+            "Scale",
+            "Data set",
+            "Criterion as applied",
+            "Measured",
+            "Verdict",
+            "Figure",
+        )
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -140,6 +179,14 @@ def _metrics_table(result: RunResult) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def figure_caption(result: RunResult, figure: str) -> str:
+    """``"line.png: fake-pass, scale quick, data set ..."`` (HTML-escaped)."""
+    return (
+        f"{_e(figure)}: {_e(result.experiment)}, scale {_e(result.scale)}, "
+        f"data set: {_e(dataset_text(result))}"
+    )
+
+
 def _figure(result: RunResult, figure: str) -> str:
     anchor = _e(figure_anchor(result, figure))
     uri = png_data_uri(result.run_dir / figure)
@@ -147,7 +194,8 @@ def _figure(result: RunResult, figure: str) -> str:
         body = f'<p class="missing">figure {_e(figure)} is missing from the run folder</p>'
     else:
         body = f'<img src="{uri}" alt="{_e(result.experiment)}: {_e(figure)}">'
-    return f'<figure id="{anchor}">{body}<figcaption>{_e(figure)}</figcaption></figure>'
+    caption = figure_caption(result, figure)
+    return f'<figure id="{anchor}">{body}<figcaption>{caption}</figcaption></figure>'
 
 
 def _section(result: RunResult) -> str:
@@ -157,8 +205,9 @@ def _section(result: RunResult) -> str:
     parts = [
         f'<section id="{_e(section_anchor(result))}">',
         f"<h2>{_e(result.claim_id)} <code>{_e(result.experiment)}</code> "
-        f"{_verdict(result.verdict)}{note}</h2>",
+        f"{scale_badge(result.scale)} {_verdict(result.verdict)}{note}</h2>",
         f"<p><strong>Claim.</strong> {_e(result.claim)}</p>",
+        f'<p class="dataset"><strong>Data set.</strong> {_e(dataset_text(result))}</p>',
         f"<p><strong>{_e(criterion_label(result))}.</strong> {_e(result.criterion)}</p>",
         f"<p><strong>Measured.</strong> {_e(result.summary)}</p>",
         f'<p class="meta">Scale <code>{_e(result.scale)}</code>, seed {_e(result.seed)}, '
@@ -206,11 +255,15 @@ def render_html(results: Sequence[RunResult], generated_at: dt.datetime | None =
         for d, n in code_counts(ordered).items()
     )
     other = sum(r.other_code for r in ordered)
+    scales = ", ".join(
+        f"{scale_badge(s)} {n} run{'s' if n != 1 else ''}" for s, n in count_scales(ordered).items()
+    )
     body = "\n".join(
         [
             "<h1>ntklab report</h1>",
             f'<p class="meta">Generated {_e(when.isoformat(timespec="seconds"))}. '
             f"{tally} of {len(ordered)} runs.</p>",
+            f'<p class="meta">Scales: {scales}.</p>',
             f'<p class="meta">{versions}</p>',
             f'<p class="meta">Code fingerprints (ntklab source, torch, numpy): {codes}; '
             f"{other} run(s) reused from other code (<code>--reuse-any</code>).</p>",
@@ -220,9 +273,4 @@ def render_html(results: Sequence[RunResult], generated_at: dt.datetime | None =
             *(_section(r) for r in ordered),
         ]
     )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>ntklab report</title>\n<style>{_CSS}</style>\n</head>\n"
-        f"<body>\n{body}\n</body>\n</html>\n"
-    )
+    return html_page("ntklab report", body)

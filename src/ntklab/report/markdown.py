@@ -18,8 +18,10 @@ from ._format import (
     VERDICT_LABELS,
     code_counts,
     code_digest,
+    count_scales,
     count_verdicts,
     criterion_label,
+    dataset_text,
     format_ci,
     format_value,
     merged_versions,
@@ -69,6 +71,7 @@ def _summary_rows(results: Sequence[RunResult], out_dir: Path) -> list[list[str]
         [
             r.claim_id,
             f"{r.experiment} ({r.scale})",
+            dataset_text(r),
             r.criterion,
             r.summary,
             _verdict_cell(r),
@@ -95,9 +98,11 @@ def _code_text(result: RunResult) -> str:
 def _section(result: RunResult, out_dir: Path) -> list[str]:
     verdict = VERDICT_LABELS.get(result.verdict, result.verdict)
     lines = [
-        f"## {result.claim_id} `{result.experiment}`: {verdict}",
+        f"## {result.claim_id} `{result.experiment}`: {verdict} · scale {result.scale}",
         "",
         f"**Claim.** {text(result.claim)}",
+        "",
+        f"**Data set.** {text(dataset_text(result))}",
         "",
         f"**{criterion_label(result)}.** {text(result.criterion)}",
         "",
@@ -129,7 +134,11 @@ def _section(result: RunResult, out_dir: Path) -> list[str]:
         lines += [f"- {text(note)}" for note in result.notes]
         lines.append("")
     for figure in result.figures:
+        caption = (
+            f"{figure}: {result.experiment}, scale {result.scale}, data set: {dataset_text(result)}"
+        )
         lines += [f"![{figure}]({_relative(result.run_dir / figure, out_dir)})", ""]
+        lines += [f"*{text(caption)}*", ""]
     if result.error:
         lines += ["<details><summary>Traceback</summary>", "", "````text"]
         lines += [result.error.rstrip(), "````", "", "</details>", ""]
@@ -177,6 +186,12 @@ def render_markdown(
         + ", ".join(f"{n} {v}" for v, n in counts.items())
         + f" of {len(ordered)} runs.",
         "",
+        "Scales: "
+        + ", ".join(
+            f"**{s}** {n} run{'s' if n != 1 else ''}" for s, n in count_scales(ordered).items()
+        )
+        + ".",
+        "",
         " · ".join(f"{k} {v}" for k, v in versions.items()),
         "",
         "Code fingerprints (ntklab source, torch, numpy): "
@@ -191,7 +206,15 @@ def render_markdown(
         "## Claims",
         "",
     ]
-    header = ["Claim", "Experiment", "Criterion as applied", "Measured", "Verdict", "Figure"]
+    header = [
+        "Claim",
+        "Experiment (scale)",
+        "Data set",
+        "Criterion as applied",
+        "Measured",
+        "Verdict",
+        "Figure",
+    ]
     lines += _table(header, _summary_rows(ordered, Path(out_dir)))
     lines.append("")
     for result in ordered:
