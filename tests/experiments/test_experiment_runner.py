@@ -460,3 +460,21 @@ run_experiment(exp, "tiny", out_root={str(tmp_path / "runs")!r})
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) != 0
     assert list((tmp_path / "runs" / "fake-term").iterdir()) == []
+
+
+def test_saved_figures_name_the_experiment_scale_and_data_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    captions: list[str] = []
+    real = Figure.savefig
+
+    def recording(self: Figure, *args: Any, **kwargs: Any) -> None:
+        captions.extend(t.get_text() for t in self.texts)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    exp = dataclasses.replace(fake_experiment("fake-cap"), dataset="synthetic: noise")
+    run_experiment(exp, "quick", out_root=tmp_path)
+    assert captions == ["fake-cap, scale quick: synthetic: noise"]

@@ -445,6 +445,7 @@ def draw(
     ax1.bar(range(len(MODELS)), arrays["accuracies"], color="C0")
     ax1.set_xticks(range(len(MODELS)), MODELS, rotation=20, fontsize=8)
     ax1.set(
+        xlabel="model",
         ylabel="test accuracy",
         title=f"{config.dataset}, n_train={config.n_train}, n_test={config.n_test}",
     )

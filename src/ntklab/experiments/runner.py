@@ -239,8 +239,9 @@ def _close_figure(figure: Any) -> None:
         pyplot.close(figure)
 
 
-def _save_figures(outcome: Outcome, folder: Path) -> tuple[str, ...]:
-    """Save every figure as ``name.png`` (dpi 120), close it, and return the file names."""
+def _save_figures(outcome: Outcome, folder: Path, caption: str = "") -> tuple[str, ...]:
+    """Save every figure as ``name.png`` (dpi 120) with ``caption`` (the experiment, scale
+    and data set) in its bottom-left corner, close it, and return the file names."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -253,6 +254,8 @@ def _save_figures(outcome: Outcome, folder: Path) -> tuple[str, ...]:
                     f"received {type(figure).__name__}"
                 )
             FigureCanvasAgg(figure)
+            if caption:
+                figure.text(0.005, 0.005, caption, fontsize=6, color="0.35", va="bottom")
             figure.savefig(folder / f"{name}.png", dpi=FIGURE_DPI, format="png")
             names.append(f"{name}.png")
     finally:
@@ -286,7 +289,7 @@ def _remove_children(folder: Path, keep: set[Path]) -> None:
 
 
 def _materialize(
-    outcome: Outcome | None, error: str | None, folder: Path
+    outcome: Outcome | None, error: str | None, folder: Path, caption: str = ""
 ) -> tuple[tuple[str, ...], str | None, str | None]:
     """Save figures and arrays; return ``(figures, arrays_file, error)``.
 
@@ -297,7 +300,7 @@ def _materialize(
         return (), None, error
     before = set(folder.iterdir())
     try:
-        return _save_figures(outcome, folder), _save_arrays(outcome, folder), None
+        return _save_figures(outcome, folder, caption), _save_arrays(outcome, folder), None
     except Exception:
         logger.info("saving the outcome failed", exc_info=True)
         _remove_children(folder, before)
@@ -480,7 +483,9 @@ def run_experiment(
             logger.info("running %s at scale %s into %s", experiment.name, scale, run_dir)
             report(0.0, "starting")
             outcome, error, seconds = _call_experiment(experiment, config, ctx)
-            outputs = _materialize(outcome, error, temp_dir)
+            dataset = (outcome.dataset if outcome else "") or experiment.dataset
+            caption = f"{experiment.name}, scale {scale}" + (f": {dataset}" if dataset else "")
+            outputs = _materialize(outcome, error, temp_dir, caption)
             result = _build_result(
                 experiment, scale, config, digest, run_dir, started_at, seconds, outcome, outputs
             )
