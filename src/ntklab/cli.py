@@ -1,4 +1,5 @@
-"""The ``ntklab`` command: list, show, run and reproduce the experiments of CLAIMS.md.
+"""The ``ntklab`` command: list, show, run and reproduce the experiments; table and report
+the committed results.
 
 Exit codes: 0 when every verdict is PASS or SMOKE (a ``tiny`` run, not judged); 1 when a
 verdict is FAIL or ERROR or a run or its report could not be written; 2 on usage errors

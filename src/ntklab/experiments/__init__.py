@@ -1,4 +1,4 @@
-"""Named, reproducible experiments: one per claim of CLAIMS.md.
+"""Named, reproducible experiments: one per claim of the papers ntklab reproduces.
 
 Importing this package registers every experiment (each module registers its own at import
 time). Run one with :func:`run_experiment` or ``ntklab run NAME``; all of them with

@@ -476,14 +476,14 @@ def _freeze_scales(scales: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapp
 
 @dataclass(frozen=True)
 class Experiment:
-    """A named, reproducible test of one claim of CLAIMS.md.
+    """A named, reproducible test of one claim of a paper.
 
     Parameters
     ----------
     name : str
         Lower-case kebab-case name used on the command line, e.g. ``"spectrum-s1"``.
     claim_id : str
-        Identifier of the claim in CLAIMS.md, e.g. ``"A1"``.
+        Identifier of the claim in the claims table, e.g. ``"A1"``.
     claim : str
         The claim, as a short paragraph.
     criterion : str
