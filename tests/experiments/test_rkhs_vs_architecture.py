@@ -4,14 +4,18 @@ its pieces against closed forms."""
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+from ntklab.data import TentMapS1
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.base import arrays_as_numpy
@@ -22,16 +26,22 @@ from ntklab.experiments.rkhs_vs_architecture import (
     LINEAR_TOL,
     NET_TOL,
     SLOPE_TOL,
+    TAIL_MARGIN,
     RkhsVsArchitectureConfig,
     draw,
     equivalence_constants,
     judge,
     measure,
+    resolve_spectrum,
     tent_rkhs_norms,
 )
 from ntklab.experiments.spectrum_s1 import relu_network
 from ntklab.experiments.testing import run_tiny
-from ntklab.kernels.sphere import circle_eigenvalues, profile_from_architecture
+from ntklab.kernels.sphere import (
+    circle_eigenvalues,
+    profile_from_architecture,
+    rkhs_norm_squared,
+)
 
 NAME = "rkhs-vs-architecture"
 TINY = RkhsVsArchitectureConfig(
@@ -237,6 +247,27 @@ def test_tiny_tent_norms_and_growth(tiny: RunResult) -> None:
     assert m["rkhs_growth_min"].value == m["rkhs_growth_max"].value == growth.value
 
 
+def test_tiny_every_frequency_resolved(tiny: RunResult) -> None:
+    """At the tiny grid (N = 65536, k <= 8192) every mu_k lies far above the worst-case FFT
+    round-off eps log2 N kappa(1) (kappa(1) = sum of the whole spectrum, 3.06 for two hidden
+    layers): the largest resolved frequency is k_max and no tent-map term comes from the
+    tail model."""
+    m = {x.name: x for x in tiny.metrics}
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    arch = relu_network(2, math.sqrt(2.0), 0.1)
+    with torch.no_grad():
+        mu = circle_eigenvalues(profile_from_architecture(arch, 2, "ntk"), 32767, grid=65536)
+    mu_np = mu.numpy()
+    kappa_one = mu_np[0] + 2 * mu_np[1:].sum()  # N/2 term omitted: below 1e-9
+    assert kappa_one == pytest.approx(3.06, rel=1e-6)
+    bound = np.finfo(np.float64).eps * 16 * kappa_one
+    assert mu_np[:8193].min() > 1e3 * bound
+    assert m["resolved_k[depth=2]"].value == 8192.0
+    assert f"eps log2 N max|kappa| {bound:.2g}" in m["resolved_k[depth=2]"].note
+    assert m["tail_share_max[depth=2]"].value == 0.0
+    np.testing.assert_array_equal(arrays["tent_tail_share_depth2"], np.zeros(7))
+
+
 def test_tiny_networks_against_closed_forms(tiny: RunResult) -> None:
     """Width-2 tent networks: exact on the dyadic grid, 2^(L-1) peaks, 6L + 1 parameters."""
     m = {x.name: x for x in tiny.metrics}
@@ -274,11 +305,156 @@ def test_zero_eigenvalue_depth_fails_without_crashing(tmp_path: Path) -> None:
     metrics = measurement.by_name
     assert metrics["zero_eigenvalue_depths"].value == 1.0
     assert math.isnan(metrics["rkhs_growth_min"].value)
-    assert measurement.notes == (
-        "depth=1: a zero eigenvalue below the cut-off, H^1 not in the RKHS",
-    )
+    (note,) = measurement.notes
+    assert note.startswith("depth=1: a zero eigenvalue below the cut-off (first at k = 3, ")
+    assert note.endswith("H^1 not in the RKHS")
     assert judge(config, metrics).passed is False
     figures = draw(config, metrics, arrays_as_numpy(measurement.arrays))
+    assert set(figures) == {"rkhs_vs_architecture"}
+
+
+# ---------------------------------------------------------------------------------------------
+# eigenvalues below the FFT's round-off
+
+A2 = importlib.import_module("ntklab.experiments.rkhs_vs_architecture")
+Transform = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], torch.Tensor]
+
+
+def _patch_profile(monkeypatch: pytest.MonkeyPatch, transform: Transform) -> None:
+    """Make ``measure`` see ``transform(profile, t)`` in place of each NTK's profile."""
+
+    def patched(arch: Any, dim: int, which: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        base = profile_from_architecture(arch, dim, which)
+        return lambda t: transform(base, t)
+
+    monkeypatch.setattr(A2, "profile_from_architecture", patched)
+
+
+SMALL = RkhsVsArchitectureConfig(
+    depths=(1,),
+    cutoffs=(4, 16, 32, 64),
+    random_polynomials=2,
+    tent_depths=tuple(range(1, 8)),
+    k_max=1024,
+    grid=8192,
+    net_grid=1024,
+)
+SHIFT = 3.5e8
+
+
+def test_tail_below_round_off_is_modelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper-scale failure, cheaply: adding 3.5e8 to the depth-1 NTK's profile changes
+    mu_0 only, but lifts the FFT's round-off (eps log2 N kappa(1) = 1e-6 at N = 8192) above
+    mu_k ~ 0.1 k^-2 for k > ~320. A zero threshold relative to max mu (rkhs_norm_squared's
+    default) makes the tent maps' norms infinite, which the growth fit refused. Now: the
+    floor bounds the actual round-off (the difference from the unshifted spectrum), the
+    resolved range ends where mu_k fades into it, the rest is C k^-2, and the norms agree
+    with the unshifted kernel's (its k = 0 term exchanged) to 1% (tail share up to 8%)."""
+    arch = relu_network(1, math.sqrt(2.0), 0.1)
+    profile = profile_from_architecture(arch, 2, "ntk")
+    with torch.no_grad():
+        bare = circle_eigenvalues(profile, 1024, grid=8192)
+        shifted = circle_eigenvalues(lambda t: profile(t) + SHIFT, 1024, grid=8192)
+    table = TentMapS1(5).fourier_coefficients(1024)
+    assert math.isinf(float(rkhs_norm_squared(table, shifted)))  # the failure
+
+    spectrum = resolve_spectrum(shifted.numpy(), grid=8192, profile_max=2.03 + SHIFT)
+    round_off = float((shifted[1:] - bare[1:]).abs().max())
+    assert 1e-12 < round_off < spectrum.floor  # measured error below the floor
+    assert 64 < spectrum.k_resolved < 1024 and not spectrum.vanishing.any()
+    mu_bare = bare.numpy()
+    assert mu_bare[spectrum.k_resolved] > spectrum.floor  # the floor is crossed there
+    assert mu_bare[spectrum.k_resolved + 1 :].max() < TAIL_MARGIN * spectrum.floor
+
+    _patch_profile(monkeypatch, lambda base, t: base(t) + SHIFT)
+    measurement = measure(SMALL, RunContext(out_dir=tmp_path))
+    m = measurement.by_name
+    assert measurement.notes == ()
+    assert m["zero_eigenvalue_depths"].value == 0.0
+    assert m["resolved_k[depth=1]"].value == spectrum.k_resolved
+    share = np.asarray(measurement.arrays["tent_tail_share_depth1"])
+    assert m["tail_share_max[depth=1]"].value == share.max()
+    assert 0.01 < share.max() < 0.1
+    stored = np.asarray(measurement.arrays["tent_rkhs_norm_sq_depth1"])
+    a0 = 0.25  # a_0^2 of s_L
+    expected = [
+        float(rkhs_norm_squared(TentMapS1(lv).fourier_coefficients(1024), bare))
+        - a0 / float(bare[0])
+        + a0 / float(shifted[0])
+        for lv in range(1, 8)
+    ]
+    np.testing.assert_allclose(stored, expected, rtol=1e-2)
+    slope, lo, hi = _fit(np.arange(4.0, 8.0), np.log(stored[3:]))
+    growth = m["rkhs_growth_per_level[depth=1]"]
+    assert growth.value == pytest.approx(math.exp(slope), rel=1e-9)
+    assert growth.ci_low == pytest.approx(math.exp(lo), rel=1e-9)
+    assert growth.ci_high == pytest.approx(math.exp(hi), rel=1e-9)
+    ref_slope, *_ = _fit(np.arange(4.0, 8.0), np.log(expected[3:]))
+    assert growth.value == pytest.approx(math.exp(ref_slope), abs=0.02)
+
+
+def test_vanishing_eigenvalues_make_norms_infinite() -> None:
+    """Depth 1 without bias: mu_k = 0 for odd k >= 3 (up to rounding) while C k^-2 is far
+    above the floor: those are vanishing, not round-off; s_1 (odd frequencies) is not in the
+    RKHS, s_L for L >= 2 (even frequencies) is, with the norm of the plain sum."""
+    arch = relu_network(1, math.sqrt(2.0), 0.0)
+    profile = profile_from_architecture(arch, 2, "ntk")
+    with torch.no_grad():
+        mu = circle_eigenvalues(profile, 256, grid=2048)
+        top = float(profile(torch.ones(1, dtype=torch.float64))[0])
+    spectrum = resolve_spectrum(mu.numpy(), grid=2048, profile_max=top)
+    k = np.arange(257)
+    np.testing.assert_array_equal(spectrum.vanishing, (k % 2 == 1) & (k >= 3))
+    assert spectrum.k_resolved == 256
+    rkhs, _, share = tent_rkhs_norms(spectrum, (1, 2, 3, 4, 5))
+    assert math.isinf(rkhs[0]) and math.isnan(share[0])
+    expected = [
+        float(rkhs_norm_squared(TentMapS1(lv).fourier_coefficients(256), mu)) for lv in (2, 3, 4, 5)
+    ]
+    np.testing.assert_allclose(rkhs[1:], expected, rtol=1e-12)
+    np.testing.assert_array_equal(share[1:], np.zeros(4))
+
+
+def test_vanishing_eigenvalue_in_a_tent_series_leaves_the_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel whose mu_96 is removed (its profile minus 2 mu_96 cos(96 a)): every
+    eigenvalue up to the cut-off 64 is positive, but s_6 (frequencies 32 x odd) has energy at
+    k = 96 and is not in the RKHS. The depth is counted among the zero-eigenvalue depths and
+    left out of the growth fit (nothing infinite reaches it), and the run fails."""
+    config = RkhsVsArchitectureConfig(
+        depths=(1,),
+        cutoffs=(4, 16, 32, 64),
+        random_polynomials=1,
+        tent_depths=tuple(range(1, 8)),
+        k_max=128,
+        grid=1024,
+        net_grid=128,
+    )
+    arch = relu_network(1, math.sqrt(2.0), 0.1)
+    with torch.no_grad():
+        mu_96 = float(
+            circle_eigenvalues(profile_from_architecture(arch, 2, "ntk"), 128, grid=1024)[96]
+        )
+    _patch_profile(
+        monkeypatch, lambda base, t: base(t) - 2 * mu_96 * torch.cos(96 * torch.arccos(t))
+    )
+    measurement = measure(config, RunContext(out_dir=tmp_path))
+    m = measurement.by_name
+    rkhs = np.asarray(measurement.arrays["tent_rkhs_norm_sq_depth1"])
+    np.testing.assert_array_equal(np.isinf(rkhs), np.arange(1, 8) == 6)
+    assert m["resolved_k[depth=1]"].value == 128.0
+    assert math.isnan(m["tail_share_max[depth=1]"].value)
+    assert m["zero_eigenvalue_depths"].value == 1.0
+    assert "rkhs_growth_per_level[depth=1]" not in m
+    assert math.isnan(m["rkhs_growth_min"].value)
+    assert measurement.notes == (
+        "depth=1: s_L for L = 6 not in the RKHS (mu_k vanishes, first at k = 96); counted as "
+        "a zero-eigenvalue depth and left out of the growth fit",
+    )
+    assert m["equivalence_slope_max_abs"].value <= SLOPE_TOL  # part (a) itself holds
+    assert judge(config, m).passed is False
+    figures = draw(config, m, arrays_as_numpy(measurement.arrays))
     assert set(figures) == {"rkhs_vs_architecture"}
 
 
@@ -298,11 +474,16 @@ def test_equivalence_constants_by_hand() -> None:
 
 def test_tent_norms_against_closed_forms() -> None:
     """H^1: ||s_L||^2 = 1/3 + 4^L / (4 pi^2) (slope 2^L / 2 pi); for the kernel with
-    mu_k = 1 / (1 + k^2) the RKHS norm is the H^1 norm."""
-    k = torch.arange(2**15 + 1, dtype=torch.float64)
+    mu_k = 1 / (1 + k^2) (kappa(1) = pi coth pi) the RKHS norm is the H^1 norm, every
+    frequency resolved."""
+    k = np.arange(2**15 + 1, dtype=np.float64)
     mu = 1.0 / (1.0 + k**2)
-    rkhs, h1 = tent_rkhs_norms(mu, (1, 2, 3, 4))
+    spectrum = resolve_spectrum(mu, grid=2**16, profile_max=math.pi / math.tanh(math.pi))
+    assert spectrum.k_resolved == 2**15 and not spectrum.vanishing.any()
+    assert spectrum.constant == pytest.approx(1.0, rel=1e-8)
+    rkhs, h1, share = tent_rkhs_norms(spectrum, (1, 2, 3, 4))
     np.testing.assert_allclose(rkhs, h1, rtol=1e-12)
+    np.testing.assert_array_equal(share, np.zeros(4))
     exact = 1.0 / 3.0 + 4.0 ** np.arange(1, 5) / (4 * math.pi**2)
     # truncation at K: tail of sum 8 / (pi^4 m^2) over odd m > K / M, relative ~ 1e-3
     np.testing.assert_allclose(h1, exact, rtol=2e-3)
