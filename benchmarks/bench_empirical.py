@@ -12,6 +12,19 @@ NTK-vector products 2.5 s (trace, 64); CNN structured 0.5 s (trace) and 0.9 s (f
 Jacobian contraction 0.55 s and 1.0 s. Usage::
 
     python benchmarks/bench_empirical.py [--json PATH] [--repeats 3]
+
+The comparison with the peers in one run (ntklab, the ``torch.func`` recipes, neural-tangents
+0.6.5 in its own interpreter, nngeometry 0.4 when importable; see ``peers_empirical.py``)::
+
+    python benchmarks/bench_empirical.py --peers [--nt-python PATH] [--json PATH]
+        [--markdown PATH] [--rows mlp10,cnn,...] [--memory-cap-gib 10]
+
+The cost model of ``method="auto"`` against measured times (per model and dtype: each
+method's predicted flops, bytes and seconds beside its measured time, auto's pick, and the
+``torch.func`` recipes; see ``cost_model_empirical.py``)::
+
+    python benchmarks/bench_empirical.py --cost-model [--cost-rows cnn-128-float64,...]
+        [--max-predicted 40] [--json PATH]
 """
 
 from __future__ import annotations
@@ -93,7 +106,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    import peers_empirical  # the peer comparison (--peers): its own section, own module
+
+    peers_empirical.add_arguments(parser)
+    import cost_model_empirical  # predicted against measured cost (--cost-model): own module
+
+    cost_model_empirical.add_arguments(parser)
     args = parser.parse_args()
+    if peers_empirical.dispatch(args):
+        return
+    if cost_model_empirical.dispatch(args):
+        return
     gen = torch.Generator().manual_seed(1)
     nets = {"mlp": (mlp(), (784,)), "cnn": (cnn(), (3, 32, 32))}
     rows: list[dict[str, Any]] = []

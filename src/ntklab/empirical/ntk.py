@@ -5,24 +5,36 @@
     \\Theta(x, x')_{ab} = \\sum_p \\frac{\\partial f_a(x)}{\\partial \\theta_p}
                           \\frac{\\partial f_b(x')}{\\partial \\theta_p}
 
-Methods (all agree to rounding; ``"auto"`` picks the cheapest by a cost model):
+Methods (all agree to rounding; ``"auto"`` picks the cheapest by the cost model of
+:mod:`.cost`, flops and memory traffic measured on one example):
 
-- ``"structured"`` (:mod:`.structured`): uses the layer structure of ``nn.Linear`` and
-  ``nn.Conv2d`` (products of input activations and back-propagated output gradients), never
-  forming per-example weight Jacobians; other parameters through their own Jacobian. Wins for
-  MLPs and CNNs, the usual case.
+- ``"structured"`` (:mod:`.structured`, :mod:`.structured_conv`): uses the layer structure
+  of ``nn.Linear``, ``nn.Conv1d/2d/3d`` (strides, padding, dilation, groups) and the affine
+  parameters of BatchNorm (eval) and LayerNorm (products of input activations and
+  back-propagated output gradients, contracted in the cheapest order per layer, factored
+  per channel before global average pooling), never forming the per-example Jacobian of
+  the whole model; other parameters through their own Jacobian. Wins for MLPs, CNNs and
+  ResNets, the usual case.
 - ``"jacobian"`` (:mod:`.jacobian`): per-example Jacobians (``jacrev`` + ``vmap``, chunked) and
   their contraction. Wins when the parameter count is moderate and the model has little
   structure to exploit.
 - ``"ntk_vp"`` (:mod:`.jacobian`): NTK-vector products, a vjp then a jvp per column, never
   forming a Jacobian. Wins for huge parameter counts with few inputs and outputs.
 
+Outputs: ``"trace"`` (the mean of the ``k`` diagonal output blocks, ``(n1, n2)``), ``"full"``
+(``(n1, n2, k, k)``), ``"diagonal"`` (``(n1, n2, k)``) and ``"pseudo"``, the pseudo-NTK of
+Mohamadi, Bae & Sutherland (2023, arXiv:2206.12543): the NTK of the sum of the logits scaled
+by :math:`1/\\sqrt{k}`, :math:`\\frac{1}{k} \\sum_{a,b} \\Theta_{ab}`, ``(n1, n2)``, at the
+cost of a single-output model (:mod:`.pseudo`).
+
 Memory: ``max_memory`` (bytes; default ``None``, the policy of :mod:`ntklab.memory`: half of
 the memory this process may still use) bounds the result plus one block's scratch memory. A
 result that does not fit alone is refused before anything is allocated, with an error that
 names the sizes and the bytes needed; otherwise the (n1, n2) result is computed in row and
 column blocks (the last ones ragged) sized so that the result plus one block's scratch stays
-within the budget.
+within the budget. Blocks are streamed into one preallocated result (or the caller's ``out``),
+the symmetric kernel computing only the blocks on and above the diagonal, with an optional
+``progress(fraction, message)`` callback (:mod:`.streaming`).
 """
 
 from __future__ import annotations
@@ -38,14 +50,36 @@ from torch import Tensor, nn
 from ..errors import NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, ParamSelection, check_batch, functional_model
+from .pseudo import pseudo_model
+from .streaming import (
+    Progress,
+    check_block_size,
+    check_out,
+    check_progress,
+    fill_blocks,
+    result_shape,
+)
 
 if TYPE_CHECKING:
     from .jacobian import Probe
 
-__all__ = ["METHODS", "Method", "ntk", "plan"]
+__all__ = ["METHODS", "KernelOutputs", "Method", "ntk", "plan"]
 
 Method = Literal["auto", "structured", "jacobian", "ntk_vp"]
-_OUTPUTS = ("trace", "full", "diagonal")
+#: What :func:`ntk` returns per pair of inputs; ``"pseudo"`` is computed as the ``"trace"``
+#: kernel of the single-output :class:`~.pseudo.PseudoModel`.
+KernelOutputs = Literal["trace", "full", "diagonal", "pseudo"]
+_OUTPUTS = ("trace", "full", "diagonal", "pseudo")
+
+
+def _as_method_outputs(
+    fm: FunctionalModel, outputs: KernelOutputs
+) -> tuple[FunctionalModel, Outputs]:
+    """The model and outputs a method computes: the pseudo-NTK is the (k = 1) NTK of the
+    model whose output is the sum of the logits over sqrt(k), one cotangent per example."""
+    if outputs == "pseudo":
+        return pseudo_model(fm), "trace"
+    return fm, outputs
 
 
 @dataclass(frozen=True)
@@ -60,7 +94,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """An algorithm for one block of the empirical NTK and its cost model."""
+    """An algorithm for one block of the empirical NTK and its cost model (``flops``: the
+    predicted cost in matrix-product-equivalent flops, :attr:`.cost.Cost.equivalent`)."""
 
     compute: Callable[..., Tensor]
     peak_bytes: Callable[[FunctionalModel, int, int, int, Outputs, Sample], int]
@@ -68,6 +103,7 @@ class MethodSpec:
 
 
 def _methods() -> dict[str, MethodSpec]:
+    from . import cost
     from . import jacobian as jc
     from . import structured as st
 
@@ -77,8 +113,10 @@ def _methods() -> dict[str, MethodSpec]:
             lambda fm, n1, n2, k, o, s: st.structured_peak_bytes(
                 fm, n1, n2, k, o, x=s.x, symmetric=s.symmetric
             ),
-            lambda fm, n1, n2, k, o, s: st.structured_flops(
-                fm, n1, n2, k, o, x=s.x, symmetric=s.symmetric
+            lambda fm, n1, n2, k, o, s: (
+                cost.structured_cost(
+                    fm, n1, n2, k, o, s.x, s.probe, symmetric=s.symmetric
+                ).equivalent
             ),
         ),
         "jacobian": MethodSpec(
@@ -86,8 +124,8 @@ def _methods() -> dict[str, MethodSpec]:
             lambda fm, n1, n2, k, o, s: jc.jacobian_peak_bytes(
                 fm, n1, n2, k, o, activations=s.probe.activations
             ),
-            lambda fm, n1, n2, k, o, s: jc.jacobian_flops(
-                fm, n1, n2, k, o, forward_flops=s.probe.forward_flops
+            lambda fm, n1, n2, k, o, s: (
+                cost.jacobian_cost(fm, n1, n2, k, o, s.probe, symmetric=s.symmetric).equivalent
             ),
         ),
         "ntk_vp": MethodSpec(
@@ -95,8 +133,8 @@ def _methods() -> dict[str, MethodSpec]:
             lambda fm, n1, n2, k, o, s: jc.ntk_vp_peak_bytes(
                 fm, n1, n2, k, o, activations=s.probe.activations
             ),
-            lambda fm, n1, n2, k, o, s: jc.ntk_vp_flops(
-                fm, n1, n2, k, o, forward_flops=s.probe.forward_flops
+            lambda fm, n1, n2, k, o, s: (
+                cost.ntk_vp_cost(fm, n1, n2, k, o, s.probe, symmetric=s.symmetric).equivalent
             ),
         ),
     }
@@ -125,15 +163,18 @@ def plan(
     fm: FunctionalModel,
     x1: Tensor,
     x2: Tensor | None,
-    outputs: Outputs,
+    outputs: KernelOutputs,
     method: Method = "auto",
     max_memory: int | None = None,
 ) -> Plan:
     """Choose the method and the largest blocks whose scratch fits in ``max_memory``.
 
-    ``"auto"`` takes the method of least estimated floating-point work among those whose
-    smallest block fits the budget. One forward pass on ``x1[:1]`` measures the model.
+    ``"auto"`` takes the method of least predicted cost (:mod:`.cost`: flops plus memory
+    traffic, in matrix-product-equivalent flops) among those whose smallest block fits the
+    budget. One forward pass on ``x1[:1]`` (and ``k`` backward passes for the structured
+    method) measure the model.
     ``max_memory=None`` is the policy of :mod:`ntklab.memory` on the model's device.
+    ``outputs="pseudo"`` plans the single-output model of :mod:`.pseudo` (``n_outputs`` 1).
 
     Raises
     ------
@@ -143,6 +184,8 @@ def plan(
     """
     from .jacobian import probe
 
+    asked = outputs
+    fm, outputs = _as_method_outputs(fm, outputs)
     total = resolve_max_memory(max_memory, fm.device)
     specs = _methods()
     sample = Sample(x1, x2 is None, probe(fm, x1))
@@ -154,10 +197,11 @@ def plan(
     if budget <= 0:
         tail = {"trace": "", "full": f" x {k} x {k}", "diagonal": f" x {k}"}[outputs]
         policy = " (the default, max_memory=None: see ntklab.memory)" if max_memory is None else ""
+        per_pair = "" if asked == "pseudo" else f" with k = {k} outputs"
         raise NtklabValueError(
             f"max_memory: expected more than the {result:,} bytes ({format_bytes(result)}) of "
-            f"the result ({n1} x {n2}{tail}, the {outputs!r} kernel in {fm.dtype} for n1 = "
-            f"{n1} and n2 = {n2} inputs with k = {k} outputs) plus one block; got max_memory = "
+            f"the result ({n1} x {n2}{tail}, the {asked!r} kernel in {fm.dtype} for n1 = "
+            f"{n1} and n2 = {n2} inputs{per_pair}) plus one block; got max_memory = "
             f"{total:,} bytes ({format_bytes(total)}){policy}. Pass a larger max_memory, fewer "
             "inputs, outputs='trace', or use ntk_operator (products without the matrix)"
         )
@@ -217,10 +261,13 @@ def ntk(
     x1: Tensor,
     x2: Tensor | None = None,
     *,
-    outputs: Outputs = "trace",
+    outputs: KernelOutputs = "trace",
     params: ParamSelection = None,
     method: Method = "auto",
     max_memory: int | None = None,
+    block_size: int | None = None,
+    out: Tensor | None = None,
+    progress: Progress | None = None,
 ) -> Tensor:
     """Empirical neural tangent kernel of ``model`` between two batches.
 
@@ -231,11 +278,21 @@ def ntk(
         residual blocks, LayerNorm, BatchNorm in eval mode, multi-output heads). Not modified.
     x1 : Tensor of shape (n1, ...)
     x2 : Tensor of shape (n2, ...), optional
-        Defaults to ``x1`` (the symmetric kernel, computed once per block pair).
-    outputs : {"trace", "full", "diagonal"}
-        neural-tangents' conventions: ``"trace"`` is the mean over the k outputs of
-        :math:`\\Theta_{aa}`, shape (n1, n2); ``"full"`` has shape (n1, n2, k, k);
-        ``"diagonal"`` (n1, n2, k).
+        Defaults to ``x1`` (the symmetric kernel, computed once per block pair); passing
+        ``x1`` itself is the same.
+    outputs : {"trace", "full", "diagonal", "pseudo"}
+        ``"trace"``, ``"full"``, ``"diagonal"``: neural-tangents' conventions;
+        ``"trace"`` is the mean over the k outputs of :math:`\\Theta_{aa}`, shape (n1, n2);
+        ``"full"`` has shape (n1, n2, k, k); ``"diagonal"`` (n1, n2, k). ``"pseudo"``: the
+        pseudo-NTK of Mohamadi, Bae & Sutherland (2023, arXiv:2206.12543), the NTK of
+        :math:`\\sum_a f_a / \\sqrt{k}`,
+
+        .. math:: \\hat\\Theta(x, x') = \\frac{1}{k} \\sum_{a, b} \\Theta_{ab}(x, x'),
+
+        shape (n1, n2): the sum of *all* ``k x k`` output blocks over ``k``, where the trace
+        averages only the diagonal ones (they agree when the cross-output blocks vanish, as
+        for a wide readout at initialization). It costs one backward pass per input instead
+        of ``k``.
     params : iterable of names, mapping of names to tensors, or None
         The parameters to differentiate (default: all with ``requires_grad``), e.g. only
         the last layer's; a mapping also supplies their values.
@@ -244,12 +301,26 @@ def ntk(
     max_memory : int, optional
         Budget in bytes for the result plus one block's scratch memory; the kernel is then
         computed in row/column blocks. Default ``None``: the policy of :mod:`ntklab.memory`
-        (half of the memory this process may still use on the model's device).
+        (half of the memory this process may still use on the model's device). With
+        ``out`` given the result is already allocated and the whole budget goes to the
+        blocks' scratch memory.
+    block_size : int, optional
+        At most this many inputs of each side per block of input pairs (more blocks: finer
+        ``progress``, less scratch memory, per-block work such as a block's forward passes
+        repeated more often). Default: the largest blocks that fit ``max_memory``.
+    out : Tensor, optional
+        A preallocated result of the returned shape, dtype and device (e.g. a slice of a
+        larger array or a memory-mapped tensor), filled block by block and returned.
+    progress : callable, optional
+        ``progress(fraction, message)``, called after each block of input pairs with the
+        fraction of the result written so far (increasing, exactly 1.0 after the last
+        block) and a line naming the block. For ``x2=None`` only the blocks on and above the
+        diagonal are computed (square blocks, mirrored below).
 
     Returns
     -------
     Tensor
-        On the model's dtype and device.
+        On the model's dtype and device (``out`` when given).
 
     Raises
     ------
@@ -265,6 +336,8 @@ def ntk(
     torch.Size([4, 4])
     >>> nl.empirical.ntk(net, torch.randn(4, 3), torch.randn(5, 3), outputs="full").shape
     torch.Size([4, 5, 2, 2])
+    >>> nl.empirical.ntk(net, torch.randn(4, 3), outputs="pseudo").shape
+    torch.Size([4, 4])
     """
     if outputs not in _OUTPUTS:
         raise NtklabValueError(f"outputs: expected one of {_OUTPUTS}, got {outputs!r}")
@@ -272,6 +345,8 @@ def ntk(
         raise NtklabValueError(f"method: expected 'auto' or one of {METHODS}, got {method!r}")
     if max_memory is not None:
         resolve_max_memory(max_memory)  # the type and sign, before any work
+    block_size = check_block_size(block_size)
+    progress = check_progress(progress)
     fm = functional_model(model, params)
     a = check_batch("x1", x1, fm)
     if isinstance(x2, Tensor) and a.shape[1:] != x2.shape[1:]:
@@ -279,46 +354,26 @@ def ntk(
             f"x2: expected inputs of the shape of x1's, {tuple(a.shape[1:])}, got "
             f"{tuple(x2.shape[1:])}"
         )
-    b = None if x2 is None else check_batch("x2", x2, fm)
+    b = None if x2 is None or x2 is x1 else check_batch("x2", x2, fm)
     n1, n2 = a.shape[0], (a if b is None else b).shape[0]
-    chosen = plan(fm, a, b, outputs, method, max_memory)
+    fm, inner = _as_method_outputs(fm, outputs)
+    budget = max_memory
+    if out is not None:  # the result exists already: the budget is all scratch
+        with torch.no_grad():
+            k = int(fm(fm.params, a[:1]).shape[1])
+        check_out(out, result_shape(n1, n2, k, inner), fm.dtype, fm.device)
+        result = _result_entries(n1, n2, k, inner) * out.element_size()
+        budget = resolve_max_memory(max_memory, fm.device) + result
+    chosen = plan(fm, a, b, outputs, method, budget)
     compute = _methods()[chosen.method].compute
-    if chosen.block1 >= n1 and chosen.block2 >= n2:
-        return compute(fm, a, b, outputs)
-    return _blocked(compute, fm, a, b, outputs, chosen)
-
-
-def _blocked(
-    compute: Callable[..., Tensor],
-    fm: FunctionalModel,
-    a: Tensor,
-    b: Tensor | None,
-    outputs: Outputs,
-    chosen: Plan,
-) -> Tensor:
-    """Fill the result block by block; for ``b is None`` only blocks on or above the
-    diagonal are computed and the others mirrored (:math:`\\Theta_{ji,ba} = \\Theta_{ij,ab}`)."""
-    n1 = a.shape[0]
-    n2 = n1 if b is None else b.shape[0]
-    k = chosen.n_outputs
-    tail = {"trace": (), "full": (k, k), "diagonal": (k,)}[outputs]
-    out = torch.empty((n1, n2, *tail), dtype=fm.dtype, device=fm.device)
-    if b is None:  # square blocks so that the diagonal ones are symmetric
-        step = min(chosen.block1, chosen.block2)
-        for i in range(0, n1, step):
-            xi = a[i : i + step]
-            out[i : i + step, i : i + step] = compute(fm, xi, None, outputs)
-            for j in range(i + step, n1, step):
-                block = compute(fm, xi, a[j : j + step], outputs)
-                out[i : i + step, j : j + step] = block
-                mirrored = block.transpose(0, 1)
-                out[j : j + step, i : i + step] = (
-                    mirrored.transpose(2, 3) if outputs == "full" else mirrored
-                )
-        return out
-    for i in range(0, n1, chosen.block1):
-        for j in range(0, n2, chosen.block2):
-            out[i : i + chosen.block1, j : j + chosen.block2] = compute(
-                fm, a[i : i + chosen.block1], b[j : j + chosen.block2], outputs
-            )
-    return out
+    block1 = min(chosen.block1, block_size or n1)
+    block2 = min(chosen.block2, block_size or n2)
+    if out is None and block1 >= n1 and block2 >= n2:
+        whole = compute(fm, a, b, inner)
+        if progress is not None:
+            progress(1.0, f"block 1/1: inputs 0-{n1} x 0-{n2}")
+        return whole
+    if out is None:
+        k = chosen.n_outputs
+        out = torch.empty(result_shape(n1, n2, k, inner), dtype=fm.dtype, device=fm.device)
+    return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)

@@ -1,10 +1,10 @@
 r"""Structured empirical NTK: per-layer products of activations and output gradients.
 
 For a layer ``y = s_w W u + s_b b`` applied at positions ``p`` of one example (one position
-for a plain ``nn.Linear``, the output pixels of an ``nn.Conv2d`` on unfolded patches, the
-tokens of a ``Linear`` on a sequence, the calls of a module applied several times), the
-gradient of output ``a`` in ``W`` is ``s_w sum_p g_iap u_ip^T``, with ``u_ip`` the layer's
-input (patch) and ``g_iap = d f_a(x_i) / d y_ip`` the back-propagated output gradient. The
+for a plain ``nn.Linear``, the output pixels of a convolution on unfolded patches, the tokens
+of a ``Linear`` on a sequence, the calls of a module applied several times), the gradient of
+output ``a`` in ``W`` is ``s_w sum_p g_iap u_ip^T``, with ``u_ip`` the layer's input (patch)
+and ``g_iap = d f_a(x_i) / d y_ip`` the back-propagated output gradient (the cotangent). The
 layer's share of the NTK is therefore
 
 .. math::
@@ -13,40 +13,77 @@ layer's share of the NTK is therefore
                                (g_{iap} \cdot g'_{jbq}),
 
 computed from one forward pass (saving ``u``) and ``k`` backward passes (``g``, one output at
-a time, for the whole batch), without per-example weight Jacobians. With few positions (dense
-layers) the pairwise form above is cheapest; with many (convolutions) forming the per-example
-gradients ``w_ia = sum_p g_iap u_ip^T`` (``C x D``) and taking their inner products is; a cost
-model chooses per layer. Parameters that no covered module owns (LayerNorm and BatchNorm affine
-weights, custom parameters, grouped convolutions) contribute through a per-example Jacobian of
-just those parameters (``torch.func.jacrev`` + ``vmap``); the kernel is the sum of all shares.
+a time, for the whole batch), without per-example Jacobians of the whole model. Three
+contraction orders, chosen per layer by a cost model (:mod:`.structured_conv` has the
+formulas):
 
-This is the "structured derivatives" idea of Novak et al., *Fast Finite Width Neural Tangent
-Kernel* (arXiv:2206.08720), specialised to the layers that dominate the cost in practice.
+- *pairwise*: the formula above, Gram products over positions; cheapest with few positions
+  (dense layers);
+- *per-example*: the per-example gradients ``w_ia = sum_p g_iap u_ip^T`` (``C x D``) and
+  their inner products; cheapest with many positions (convolutions);
+- *factored*: when the cotangents of every example factor per output channel,
+  ``g_iapc = alpha_iac h_ipc`` (a layer followed by per-channel operations and global average
+  pooling into a linear readout, as the last convolution of a CNN or ResNet), the inputs
+  ``H_ic = sum_p h_ipc u_ip`` are formed once instead of ``k`` times and the share is
+  ``sum_c alpha_iac alpha_jbc <H_ic, H'_jc>``.
+
+Covered: ``nn.Linear``, ntklab's ``DenseLayer``, ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d``
+(strides, padding, dilation, groups), and the affine parameters of BatchNorm (eval mode) and
+LayerNorm, which are per-channel scales of the normalized input (a depthwise ``1 x 1``
+convolution of ``x_hat``). Parameters that no covered module owns (custom parameters, tied
+weights, ...) contribute through a per-example Jacobian of just those parameters
+(``torch.func.jacrev`` + ``vmap``); the kernel is the sum of all shares.
+
+This is the "structured derivatives" idea of Novak, Sohl-Dickstein & Schoenholz, *Fast Finite
+Width Neural Tangent Kernel* (ICML 2022, arXiv:2206.08720), specialised to the layers that
+dominate the cost in practice.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
-from torch.nn.functional import pad
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
 from .._checks import check_positive_int
 from ..errors import NtklabValueError
 from ..nets.modules import DenseLayer
 from ._functional import FunctionalModel, Outputs, check_batch
+from .structured_conv import (
+    CONVOLUTIONS,
+    ELEMENTWISE_FLOPS,
+    NORMALIZATIONS,
+    add_factored,
+    affine_gradients,
+    channels_first,
+    conv_patches,
+    factor_cotangents,
+    factored_flops,
+    factored_inputs,
+    input_cotangent_flops,
+    input_cotangents,
+    normalized_input,
+    pairwise_flops,
+    per_example_flops,
+    per_example_gradients,
+)
 
-__all__ = ["ntk_structured", "structured_flops", "structured_peak_bytes"]
+__all__ = ["ntk_structured", "structured_elements", "structured_flops", "structured_peak_bytes"]
 
-Path = Literal["pairwise", "per_example"]
+Path = Literal["pairwise", "per_example", "factored"]
+Kind = Literal["dense", "conv", "norm"]
 GroupPair = tuple[slice, slice]  # two groups of outputs: a block of a full kernel
 
 #: Cost of one element of an elementwise pass (memory bound), in GEMM flops.
-_ELEMENTWISE_FLOPS = 30.0
+_ELEMENTWISE_FLOPS = ELEMENTWISE_FLOPS
 
 #: Rows of the smallest Gram worth splitting by output groups to exploit symmetry.
 _SLAB_ROWS = 512
@@ -70,9 +107,11 @@ class _Layer:
     ----------
     name : str
         Qualified module name.
-    module : nn.Linear or nn.Conv2d
-        The module (``nn.Linear``, ``nn.Conv2d`` or ntklab's ``DenseLayer``; other subclasses
-        may override ``forward`` and are not covered).
+    module : nn.Module
+        ``nn.Linear``, ntklab's ``DenseLayer``, ``nn.Conv1d/2d/3d``, ``nn.BatchNorm1d/2d/3d``
+        or ``nn.LayerNorm`` (exact types: subclasses may override ``forward`` and are not
+        covered). A normalization layer is a depthwise ``1 x 1`` convolution of its
+        normalized input: ``groups = C``, ``D = 1``.
     weight, bias : str or None
         Qualified parameter names if differentiated, else None.
     weight_scale, bias_scale : float
@@ -81,7 +120,7 @@ class _Layer:
     """
 
     name: str
-    module: nn.Linear | nn.Conv2d
+    module: nn.Module
     weight: str | None
     bias: str | None
     weight_scale: float = 1.0
@@ -92,19 +131,43 @@ class _Layer:
         return tuple(p for p in (self.weight, self.bias) if p is not None)
 
     @property
+    def kind(self) -> Kind:
+        if isinstance(self.module, NORMALIZATIONS):
+            return "norm"
+        if isinstance(self.module, CONVOLUTIONS):
+            return "conv"
+        return "dense"
+
+    @property
+    def groups(self) -> int:
+        """``G``: independent groups of input and output channels."""
+        if self.kind == "norm":
+            return self.channels
+        return self.module.groups if isinstance(self.module, CONVOLUTIONS) else 1
+
+    @property
     def width(self) -> int:
-        """``D``: the input (patch) length; the weight is ``C x D``."""
-        if isinstance(self.module, nn.Linear):
-            return self.module.in_features
-        kh, kw = self.module.kernel_size
-        return self.module.in_channels * kh * kw
+        """``D``: the input (patch) length of one group; the weight is ``C x D``."""
+        mod = self.module
+        if isinstance(mod, CONVOLUTIONS):
+            return mod.in_channels // mod.groups * math.prod(mod.kernel_size)
+        if isinstance(mod, nn.Linear):
+            return mod.in_features
+        return 1
 
     @property
     def channels(self) -> int:
         """``C``: the output features or channels."""
-        if isinstance(self.module, nn.Linear):
-            return self.module.out_features
-        return self.module.out_channels
+        mod = self.module
+        if isinstance(mod, nn.LayerNorm):
+            return math.prod(mod.normalized_shape)
+        if isinstance(mod, _BatchNorm):
+            return mod.num_features
+        if isinstance(mod, CONVOLUTIONS):
+            return mod.out_channels
+        if isinstance(mod, nn.Linear):
+            return mod.out_features
+        raise NtklabValueError(f"module: expected a covered layer, got {type(mod).__name__}")
 
     def without(self, names: set[str]) -> _Layer | None:
         """The layer with the parameters ``names`` no longer covered (None if none is left)."""
@@ -118,9 +181,10 @@ class _Layer:
 def _layer_scales(mod: nn.Module) -> tuple[float, float] | None:
     """``(s_w, s_b)`` if ``mod`` computes ``y = s_w W u + s_b b`` in a way the hooks see,
     else None (the module's parameters then fall back)."""
-    if type(mod) is nn.Linear or (type(mod) is nn.Conv2d and mod.groups == 1):
+    kind = type(mod)
+    if kind is nn.Linear or kind in CONVOLUTIONS or kind in NORMALIZATIONS:
         return 1.0, 1.0
-    if type(mod) is DenseLayer and not mod.has_uninitialized_params():
+    if isinstance(mod, DenseLayer) and kind is DenseLayer and not mod.has_uninitialized_params():
         w_mult, _, b_mult, _ = mod.scales
         return w_mult, b_mult
     return None
@@ -215,50 +279,66 @@ class _Watch(TorchFunctionMode):
         return result
 
 
-def _conv_patches(conv: nn.Conv2d, x: Tensor) -> Tensor:
-    """Unfolded input patches of a ``Conv2d``.
+class _UnfactoredError(Exception):
+    """A layer on the factored path whose cotangents do not factor for some examples."""
 
-    Parameters
-    ----------
-    conv : nn.Conv2d
-        Any stride, dilation, padding (ints, tuple, ``"same"``, ``"valid"``) and padding mode.
-    x : Tensor of shape (n, C_in, H, W)
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
 
-    Returns
-    -------
-    Tensor of shape (n, P, C_in * kh * kw)
-        ``P = H_out * W_out`` patches, ordered like ``conv.weight.reshape(C_out, -1)``.
-    """
-    (kh, kw), (dh, dw) = conv.kernel_size, conv.dilation
-    if isinstance(conv.padding, str):
-        th, tw = (dh * (kh - 1), dw * (kw - 1)) if conv.padding == "same" else (0, 0)
-        pads = (tw // 2, tw - tw // 2, th // 2, th - th // 2)
-    else:
-        ph, pw = conv.padding
-        pads = (pw, pw, ph, ph)
-    if any(pads):
-        mode = "constant" if conv.padding_mode == "zeros" else conv.padding_mode
-        x = pad(x, pads, mode=mode)
-    n, c, h, w = x.shape
-    (sh, sw), (sn, sc, sy, sx) = conv.stride, x.stride()
-    ho, wo = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    view = x.as_strided((n, ho, wo, c, kh, kw), (sn, sy * sh, sx * sw, sc, sy * dh, sx * dw))
-    patches = x.new_empty(view.shape).copy_(view)  # always a copy: safe from in-place ops
-    return patches.view(n, ho * wo, c * kh * kw)
+
+class _UnsplitError(Exception):
+    """A layer whose input cotangents cannot be propagated channel by channel (called more
+    than once, or below another such layer)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
 
 
 def _layer_input(layer: _Layer, x: object, n: int) -> Tensor | None:
-    """Input rows ``s_w u`` of shape ``(n, P, D)`` of one call, or None if ``x`` has no
-    leading batch axis."""
+    """What one call of a layer needs kept from its input: a copy of a convolution's input
+    (its patches are formed later, a few examples at a time: :func:`_rows`), the rows
+    ``s_w u`` of shape ``(n, P, 1, D)`` of a dense layer, the normalized input ``x_hat`` of
+    shape ``(n, P, C, 1)`` of a normalization layer; None if ``x`` has no leading batch axis
+    or another layout than the module expects. Always copies (safe from in-place ops)."""
     if not isinstance(x, Tensor) or x.ndim < 2 or x.shape[0] != n:
         return None
-    if isinstance(layer.module, nn.Conv2d):
-        if x.ndim != 4:
+    mod = layer.module
+    if isinstance(mod, CONVOLUTIONS):
+        if x.ndim != mod.weight.ndim:
             return None
-        u = _conv_patches(layer.module, x.detach())
-    else:
-        u = x.detach().reshape(n, -1, x.shape[-1]).clone()  # clone: safe from in-place ops
+        return x.detach().clone()
+    if layer.kind == "norm":
+        if isinstance(mod, nn.LayerNorm):
+            tail = tuple(mod.normalized_shape)
+            if x.ndim < 1 + len(tail) or tuple(x.shape[x.ndim - len(tail) :]) != tail:
+                return None
+        elif x.shape[1] != layer.channels:
+            return None
+        return normalized_input(mod, x).unsqueeze(-1)
+    u = x.detach().reshape(n, -1, 1, x.shape[-1]).clone()
     return u if layer.weight_scale == 1.0 else u.mul_(layer.weight_scale)
+
+
+def _rows(layer: _Layer, calls: Sequence[Tensor], sub: slice) -> Tensor:
+    """The inputs (patches) ``s_w u`` of shape (s, P, G, D) of the examples ``sub``, calls
+    concatenated along P, from what :func:`_layer_input` kept."""
+    if layer.kind == "conv":
+        parts = [conv_patches(layer.module, raw[sub]) for raw in calls]
+    else:
+        parts = [u[sub] for u in calls]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def _positions(layer: _Layer, outputs: Sequence[Tensor]) -> int:
+    """``P``: the positions of all calls of a layer, from their outputs."""
+    return sum(channels_first(layer.module, y).shape[2] for y in outputs)
+
+
+#: Elements of the inputs (patches) and stacked cotangents of the examples processed at
+#: once when forming per-example gradients or factors: small enough for a CPU cache.
+_CACHE_ELEMENTS = 2**18
 
 
 @dataclass(frozen=True)
@@ -269,26 +349,40 @@ class _Forward:
     ----------
     f : Tensor of shape (n, k)
         The outputs, in the autograd graph of ``outputs``.
-    inputs : list of (Tensor of shape (n, P, D)) or None
-        Per layer, its inputs (patches), calls concatenated along P; None if not called.
+    inputs : list of list of Tensor
+        Per layer, what :func:`_layer_input` keeps of each call's input.
     outputs : list of list of Tensor
         Per layer, the output of each call.
     elements : int
         Elements of all the tensors the forward created (a memory measure).
+    split_inputs : list of (Tensor or None)
+        Per layer whose input cotangents are propagated channel by channel
+        (:func:`_cotangents`), its input in the autograd graph (its output is cut from it).
+    needs_input : list of bool
+        Per layer, whether its input depends on covered parameters (so that cotangents
+        below it are needed).
     """
 
     f: Tensor
-    inputs: list[Tensor | None]
+    inputs: list[list[Tensor]]
     outputs: list[list[Tensor]]
     elements: int
+    split_inputs: list[Tensor | None]
+    needs_input: list[bool]
 
 
-def _forward(fm: FunctionalModel, layers: Sequence[_Layer], x: Tensor) -> _Forward:
-    """Run ``fm`` on ``x`` with hooks saving each covered layer's input and output.
+def _forward(
+    fm: FunctionalModel, layers: Sequence[_Layer], x: Tensor, split: frozenset[str] = frozenset()
+) -> _Forward:
+    """Run ``fm`` on ``x`` with hooks saving each covered layer's input and output; the
+    outputs of the layers named in ``split`` are cut from the graph of their inputs.
 
-    Raises :class:`_FallBackError` naming the covered parameters that must fall back instead.
+    Raises :class:`_FallBackError` naming the covered parameters that must fall back instead,
+    :class:`_UnsplitError` for a layer in ``split`` called more than once.
     """
     n = x.shape[0]
+    split_in: list[Tensor | None] = [None] * len(layers)
+    needs = [False] * len(layers)
     owner = {id(fm.params[p]): (p, layer.name) for layer in layers for p in layer.params}
     watch = _Watch(owner)
     ins: list[list[Tensor]] = [[] for _ in layers]
@@ -308,7 +402,15 @@ def _forward(fm: FunctionalModel, layers: Sequence[_Layer], x: Tensor) -> _Forwa
             if u is None or not isinstance(out, Tensor):
                 bad.update(layers[index].params)
                 return None
-            y = out if out.requires_grad else out.detach().requires_grad_()
+            live = args[0]
+            needs[index] = needs[index] or bool(live.requires_grad)
+            if layers[index].name in split and live.requires_grad:
+                if split_in[index] is not None:
+                    raise _UnsplitError(layers[index].name)
+                split_in[index] = live
+                y = out.detach().requires_grad_()  # cut: its input cotangents come later
+            else:
+                y = out if out.requires_grad else out.detach().requires_grad_()
             ins[index].append(u)
             outs[index].append(y)
             return y.clone()  # downstream in-place ops must not touch the saved output
@@ -328,43 +430,148 @@ def _forward(fm: FunctionalModel, layers: Sequence[_Layer], x: Tensor) -> _Forwa
     bad |= watch.misused
     if bad:
         raise _FallBackError(bad)
-    inputs = [(torch.cat(us, dim=1) if len(us) > 1 else us[0]) if us else None for us in ins]
-    return _Forward(f, inputs, outs, watch.elements)
+    return _Forward(f, ins, outs, watch.elements, split_in, needs)
 
 
-def _output_gradients(
-    fwd: _Forward, layers: Sequence[_Layer], a: int, last: bool
-) -> list[Tensor | None]:
-    """Per layer ``g_a`` of shape (n, P, C): the gradient of output ``a`` (of each example)
-    in the layer's output, calls concatenated along P; None if output ``a`` ignores it.
+Cotangents = list[Tensor | None]  # per output a: (n, C, P), None where a ignores the layer
 
-    One backward pass of ``sum_i f_a(x_i)``: per-example gradients because the model treats
-    examples independently.
+
+Factorization = tuple[Tensor, Tensor]  # alpha (n, k, C), h (n, C, P)
+
+#: Elements of the per-channel input cotangents of the examples propagated at once.
+_SPLIT_ELEMENTS = 2**22
+
+
+def _cotangents(
+    fwd: _Forward, layers: Sequence[_Layer]
+) -> tuple[list[Cotangents | None], dict[int, Factorization]]:
+    """Per layer and output the cotangents ``g_a`` of shape (n, C, P): the gradient of
+    output ``a`` (of each example) in the layer's output, calls concatenated along P; None
+    for an output that does not depend on the layer, and for a layer no output depends on.
+
+    ``k`` backward passes of ``sum_i f_a(x_i)``, one per output ``a``: per-example gradients
+    because the model treats examples independently. The gradients are kept as autograd
+    returns them (no copy for a layer called once).
+
+    Layers cut from their inputs in the forward pass (``fwd.split_inputs``) have factored
+    cotangents: the passes stop at their outputs, the cotangents at their inputs are
+    propagated channel by channel (:func:`.structured_conv.input_cotangents`: one transposed
+    convolution instead of ``k``) and ``k`` more backward passes carry them on below. Their
+    factorizations are returned by layer index.
+
+    Raises :class:`_UnfactoredError` if a cut layer's cotangents do not factor,
+    :class:`_UnsplitError` if a cut layer lies below another.
     """
     flat = [y for ys in fwd.outputs for y in ys]
+    found: list[Cotangents | None] = [None] * len(layers)
+    factorizations: dict[int, Factorization] = {}
     if not flat or not fwd.f.requires_grad:
-        return [None] * len(layers)
-    seed = torch.zeros_like(fwd.f)
-    seed[:, a] = 1.0
-    grads = torch.autograd.grad(fwd.f, flat, seed, retain_graph=not last, allow_unused=True)
-    result: list[Tensor | None] = []
+        return found, factorizations
+    k = fwd.f.shape[1]
+    cut = [i for i, t in enumerate(fwd.split_inputs) if t is not None]
+    for a in range(k):
+        seed = torch.zeros_like(fwd.f)
+        seed[:, a] = 1.0
+        grads = torch.autograd.grad(
+            fwd.f, flat, seed, retain_graph=a < k - 1 or bool(cut), allow_unused=True
+        )
+        _collect(found, grads, fwd, layers, a, k, check=None)
+    sources: list[Tensor] = []
+    below: list[Tensor] = []
+    for index in cut:
+        cots = found[index]
+        if cots is None:
+            continue
+        live = fwd.split_inputs[index]
+        assert live is not None
+        factorizations[index], propagated = _split(layers[index], cots, live.shape)
+        sources.append(live)
+        below.append(propagated)
+    for a in range(k if sources else 0):
+        grads = torch.autograd.grad(
+            sources,
+            flat,
+            [g[:, a] for g in below],
+            retain_graph=a < k - 1,
+            allow_unused=True,
+        )
+        _collect(found, grads, fwd, layers, a, k, check=set(cut))
+    return found, factorizations
+
+
+def _collect(
+    found: list[Cotangents | None],
+    grads: Sequence[Tensor | None],
+    fwd: _Forward,
+    layers: Sequence[_Layer],
+    a: int,
+    k: int,
+    check: set[int] | None,
+) -> None:
+    """Add one backward pass's gradients (of output ``a``) to ``found``; ``check``: the cut
+    layers, which must receive nothing (else :class:`_UnsplitError`)."""
     start = 0
-    for layer, ys in zip(layers, fwd.outputs, strict=True):
+    for index, (layer, ys) in enumerate(zip(layers, fwd.outputs, strict=True)):
         calls = grads[start : start + len(ys)]
         start += len(ys)
         if all(g is None for g in calls):
-            result.append(None)
             continue
-        rows = []
-        for y, g in zip(ys, calls, strict=True):
-            g = torch.zeros_like(y) if g is None else g
-            n = g.shape[0]
-            if isinstance(layer.module, nn.Conv2d):  # shape: (n, C, H, W) -> (n, P, C)
-                rows.append(g.reshape(n, layer.channels, -1).transpose(1, 2))
-            else:
-                rows.append(g.reshape(n, -1, layer.channels))
-        result.append(torch.cat(rows, dim=1) if len(rows) > 1 else rows[0])
-    return result
+        if check is not None and index in check:
+            raise _UnsplitError(layer.name)
+        columns = [
+            channels_first(layer.module, torch.zeros_like(y) if g is None else g)
+            for y, g in zip(ys, calls, strict=True)
+        ]
+        g = columns[0] if len(columns) == 1 else torch.cat(columns, dim=2)
+        per_output = found[index]
+        if per_output is None:
+            per_output = found[index] = [None] * k
+        previous = per_output[a]
+        per_output[a] = g if previous is None else previous + g
+
+
+def _split(layer: _Layer, cots: Cotangents, shape: Sequence[int]) -> tuple[Factorization, Tensor]:
+    """Factor a cut layer's cotangents (every example) and propagate them to its input,
+    a few examples at a time: ``(alpha, h)`` and the input cotangents (n, k, *shape[1:])."""
+    like = next(g for g in cots if g is not None)
+    n, c, p = like.shape
+    k = len(cots)
+    mod = layer.module
+    assert isinstance(mod, CONVOLUTIONS)
+    cin = mod.in_channels // mod.groups
+    p_in = math.prod(shape[2:])
+    step = max(1, _SPLIT_ELEMENTS // (c * cin * p_in + k * (c * p + shape[1] * p_in)))
+    alpha = like.new_empty((n, k, c))
+    h = like.new_empty((n, c, p))
+    out = like.new_empty((n, k, *shape[1:]))
+    for start in range(0, n, step):
+        sub = slice(start, min(start + step, n))
+        found = factor_cotangents(_stacked([None if g is None else g[sub] for g in cots]))
+        if found is None:
+            raise _UnfactoredError(layer.name)
+        alpha[sub], h[sub] = found
+        m = sub.stop - sub.start
+        input_cotangents(mod, found[0], found[1], (m, *shape[1:]), out=out[sub])
+    return (alpha, h), out
+
+
+def _stacked(cots: Cotangents) -> Tensor:
+    """The cotangents of every output as one tensor (n, k, C, P), zeros for the outputs
+    that ignore the layer."""
+    like = next(g for g in cots if g is not None)
+    out = like.new_empty((like.shape[0], len(cots), *like.shape[1:]))
+    for a, g in enumerate(cots):
+        if g is None:
+            out[:, a] = 0.0
+        else:
+            out[:, a] = g
+    return out
+
+
+def _factorable(cots: Cotangents) -> bool:
+    """Whether the cotangents of the first example factor per channel (the test that decides
+    the path; every example is checked when its factors are formed)."""
+    return factor_cotangents(_stacked([None if g is None else g[:1] for g in cots])) is not None
 
 
 def _fallback_jacobian(
@@ -392,37 +599,38 @@ def _multiplicity(k: int, outputs: Outputs) -> int:
     return {"trace": 1, "diagonal": k, "full": k * k}[outputs]
 
 
-def _pairwise_flops(
-    layer: _Layer, n1: int, n2: int, p1: int, p2: int, k: int, outputs: Outputs
-) -> float:
-    """GEMM-equivalent flops of the pairwise-position contraction of one layer:
-    ``n1 n2 P1 P2 (2 D + 2 k C [x k for full])`` plus the elementwise products and sums."""
-    pairs = float(n1 * n2 * p1 * p2)
-    mult = _multiplicity(k, outputs)
-    gemm = 2 * pairs * layer.channels * (k * k if outputs == "full" else k)
-    if layer.weight is not None:
-        gemm += 2 * pairs * layer.width
-    return gemm + _ELEMENTWISE_FLOPS * pairs * mult * (2.0 if p1 * p2 > 1 else 1.0)
-
-
-def _per_example_flops(
-    layer: _Layer, n1: int, n2: int, p1: int, p2: int, k: int, outputs: Outputs, same: bool
-) -> float:
-    """Flops of forming per-example gradients ``(k, n, C*D')`` (``2 n k P C D``) and of
-    their Gram (``2 n1 n2 k C D'``, times ``k`` for full); ``D' = D + 1`` with a bias."""
-    d = (layer.width if layer.weight is not None else 0) + (layer.bias is not None)
-    formed = 2.0 * k * layer.channels * d * (n1 * p1 + (0 if same else n2 * p2))
-    gram = 2.0 * n1 * n2 * k * layer.channels * d * (k if outputs == "full" else 1)
-    return formed + gram
+def _path_flops(
+    layer: _Layer, n1: int, n2: int, p: int, k: int, outputs: Outputs, same: bool
+) -> dict[Path, float]:
+    """GEMM-equivalent flops of each contraction of one layer with ``p`` positions per
+    example (see :mod:`.structured_conv`): pairwise per group, per-example and factored
+    (the last two with a bias column)."""
+    weight = layer.width if layer.weight is not None else 0
+    bias = int(layer.bias is not None)
+    groups, c = layer.groups, layer.channels
+    return {
+        "pairwise": groups * pairwise_flops(n1, n2, p, p, k, c // groups, weight, outputs),
+        "per_example": per_example_flops(n1, n2, p, p, k, c, weight + bias, outputs, same),
+        "factored": factored_flops(n1, n2, p, p, k, c, weight + bias, outputs, same),
+    }
 
 
 def _choose_path(
-    layer: _Layer, n1: int, n2: int, p: int, k: int, outputs: Outputs, same: bool
+    layer: _Layer,
+    n1: int,
+    n2: int,
+    p: int,
+    k: int,
+    outputs: Outputs,
+    same: bool,
+    factorable: bool = False,
 ) -> Path:
-    """The cheaper contraction for a layer with ``p`` positions per example."""
-    pairwise = _pairwise_flops(layer, n1, n2, p, p, k, outputs)
-    per_example = _per_example_flops(layer, n1, n2, p, p, k, outputs, same)
-    return "pairwise" if pairwise <= per_example else "per_example"
+    """The cheapest contraction for a layer with ``p`` positions per example; the factored
+    one only if the layer's cotangents factor (``factorable``)."""
+    costs = _path_flops(layer, n1, n2, p, k, outputs, same)
+    if not factorable:
+        del costs["factored"]
+    return min(costs, key=lambda path: costs[path])
 
 
 # ---------------------------------------------------------------------------- factors
@@ -430,12 +638,14 @@ def _choose_path(
 
 class _Store:
     """Factors of one covered layer for every example of a batch, filled chunk by chunk
-    and output by output into preallocated arrays.
+    into preallocated arrays (zeros for the examples that do not reach the layer).
 
-    ``pairwise``: ``u`` (n, P, D) (None for a bias alone) and ``g``, laid out as the Gram
+    ``pairwise``: ``u`` (n, P, G, D) (None for a bias alone) and ``g``, laid out as the Gram
     reads it: (n, P, k, C) for trace, (k, n, P, C) for full and diagonal.
     ``per_example``: ``w`` (k, n, C*D) per-example weight gradients ``sum_p g_iap u_ip^T``
-    (None without weight) and ``b`` (k, n, C) bias gradients ``sum_p g_iap`` (None without).
+    (for a normalization layer the scale's, ``sum_p g_iap x_hat_ip``; None without weight)
+    and ``b`` (k, n, C) bias gradients ``s_b sum_p g_iap`` (None without).
+    ``factored``: ``h`` (n, C, D + bias) and ``alpha`` (n, k, C).
     """
 
     def __init__(self, layer: _Layer, path: Path, outputs: Outputs, n: int, k: int) -> None:
@@ -444,61 +654,112 @@ class _Store:
         self.g: Tensor | None = None
         self.w: Tensor | None = None
         self.b: Tensor | None = None
-        self.missing: list[tuple[slice, int | None]] = []  # (rows, output or all) to zero
+        self.h: Tensor | None = None
+        self.alpha: Tensor | None = None
 
-    def put_missing(self, rows: slice, a: int | None) -> None:
-        """The examples ``rows`` do not reach output ``a`` (None: any) through this layer."""
-        self.missing.append((rows, a))
+    def put(
+        self,
+        rows: slice,
+        calls: Sequence[Tensor],
+        cots: Cotangents,
+        factored: Factorization | None = None,
+    ) -> None:
+        """Store the factors of the examples ``rows`` from what :func:`_layer_input` kept of
+        their inputs (``calls``) and their cotangents ``cots`` (per output (c, C, P)), or
+        their factorization ``factored`` if known.
 
-    def finish(self) -> None:
-        """Zero the shares recorded by :meth:`put_missing`."""
-        for rows, a in self.missing:
-            outs = slice(None) if a is None else slice(a, a + 1)
-            if self.u is not None and a is None:
-                self.u[rows] = 0.0
-            if self.g is not None and self.outputs == "trace":
-                self.g[rows, :, outs] = 0.0
-            elif self.g is not None:
-                self.g[outs, rows] = 0.0
-            for t in (self.w, self.b):
-                if t is not None:
-                    t[outs, rows] = 0.0
-
-    def put_input(self, rows: slice, u: Tensor) -> None:
-        if self.path == "pairwise" and self.layer.weight is not None:
-            if self.u is None:
-                self.u = u.new_empty((self.n, *u.shape[1:]))
-            self.u[rows] = u
-
-    def put_gradient(self, rows: slice, a: int, g: Tensor, u: Tensor) -> None:
-        """Store ``g_a`` (c, P, C) of the examples ``rows`` (with their inputs ``u``)."""
-        n, k, c = self.n, self.k, self.layer.channels
+        Raises :class:`_UnfactoredError` on the factored path if some example's cotangents
+        do not factor.
+        """
+        layer, n, k = self.layer, self.n, self.k
         if self.path == "pairwise":
+            if layer.weight is not None:
+                u = _rows(layer, calls, slice(None))
+                if self.u is None:
+                    self.u = u.new_zeros((n, *u.shape[1:]))
+                self.u[rows] = u
             if self.g is None:
-                p = g.shape[1]
-                shape = (n, p, k, c) if self.outputs == "trace" else (k, n, p, c)
-                self.g = g.new_empty(shape)
-            if self.outputs == "trace":
-                self.g[rows, :, a] = g
-            else:
-                self.g[a, rows] = g
+                like = next(g for g in cots if g is not None)
+                c, p = like.shape[1], like.shape[2]
+                self.g = like.new_zeros((n, p, k, c) if self.outputs == "trace" else (k, n, p, c))
+            for a, g in enumerate(cots):
+                if g is not None and self.outputs == "trace":
+                    self.g[rows, :, a] = g.transpose(1, 2)
+                elif g is not None:
+                    self.g[a, rows] = g.transpose(1, 2)
             return
-        if self.layer.weight is not None:
-            if self.w is None:
-                self.w = g.new_empty((k, n, c * self.layer.width))
-            out = self.w[a, rows].view(-1, c, self.layer.width)
-            torch.bmm(g.transpose(1, 2), u, out=out)  # shape: (c, C, P) @ (c, P, D)
-        if self.layer.bias is not None:
-            if self.b is None:
-                self.b = g.new_empty((k, n, c))
-            torch.sum(g, dim=1, out=self.b[a, rows])
-            if self.layer.bias_scale != 1.0:
-                self.b[a, rows].mul_(self.layer.bias_scale)
+        like = next(g for g in cots if g is not None)
+        c, channels, p = like.shape
+        width = layer.groups * layer.width
+        step = max(1, _CACHE_ELEMENTS // (p * (k * channels + width)))
+        if layer.kind != "conv":  # no patches to form: all examples at once
+            step = c
+        for start in range(0, c, step):  # a few examples at a time, their factors in cache
+            sub = slice(start, min(start + step, c))
+            dest = slice(rows.start + sub.start, rows.start + sub.stop)
+            u = _rows(layer, calls, sub)
+            part = [None if g is None else g[sub] for g in cots]
+            if self.path == "factored":
+                known = None if factored is None else (factored[0][sub], factored[1][sub])
+                self._put_factored(dest, u, part, known)
+            elif layer.kind == "norm":
+                self._put_affine(dest, u[..., 0].transpose(1, 2), part)
+            else:
+                self._put_per_example(dest, u, part)
+
+    def _put_factored(
+        self, rows: slice, u: Tensor, cots: Cotangents, known: Factorization | None
+    ) -> None:
+        layer = self.layer
+        found = known if known is not None else factor_cotangents(_stacked(cots))
+        if found is None:
+            raise _UnfactoredError(layer.name)
+        alpha, h = found
+        scale = layer.bias_scale if layer.bias is not None else None
+        factors = factored_inputs(h, u if layer.weight is not None else u[..., :0], scale)
+        if self.h is None or self.alpha is None:
+            self.h = factors.new_zeros((self.n, *factors.shape[1:]))
+            self.alpha = alpha.new_zeros((self.n, *alpha.shape[1:]))
+        self.h[rows] = factors
+        self.alpha[rows] = alpha
+
+    def _put_per_example(self, rows: slice, u: Tensor, cots: Cotangents) -> None:
+        layer, n, k = self.layer, self.n, self.k
+        c, channels = u.shape[0], layer.channels
+        if self.w is None and layer.weight is not None:
+            self.w = u.new_zeros((k, n, channels * layer.width))
+        if self.b is None and layer.bias is not None:
+            self.b = u.new_zeros((k, n, channels))
+        for a, g in enumerate(cots):
+            if g is None:
+                continue
+            if self.w is not None:
+                out = self.w[a, rows].view(c, 1, channels, -1)
+                per_example_gradients(g.unsqueeze(1), u, out=out)
+            if self.b is not None:
+                torch.sum(g, dim=2, out=self.b[a, rows])
+                if layer.bias_scale != 1.0:
+                    self.b[a, rows].mul_(layer.bias_scale)
+
+    def _put_affine(self, rows: slice, xhat: Tensor, cots: Cotangents) -> None:
+        """Scale and shift gradients of a normalization layer (``xhat`` (c, C, P))."""
+        layer, n, k = self.layer, self.n, self.k
+        if self.w is None and layer.weight is not None:
+            self.w = xhat.new_zeros((k, n, layer.channels))
+        if self.b is None and layer.bias is not None:
+            self.b = xhat.new_zeros((k, n, layer.channels))
+        for a, g in enumerate(cots):
+            if g is None:
+                continue
+            if self.w is not None:
+                self.w[a, rows] = affine_gradients(g.unsqueeze(1), xhat.unsqueeze(3))[:, 0, :, 0]
+            if self.b is not None:
+                torch.sum(g, dim=2, out=self.b[a, rows])
 
 
 @dataclass(frozen=True)
 class _Pairwise:
-    """A pairwise layer's factors for a batch (or a block of rows of it).
+    """A pairwise layer's factors for a batch (or a block of rows of it), one group.
 
     Attributes
     ----------
@@ -521,13 +782,40 @@ class _Pairwise:
 
 
 @dataclass(frozen=True)
+class _Factored:
+    """A factored layer's factors for a batch: ``h`` (n, C, D') and ``alpha`` (n, k, C)."""
+
+    h: Tensor
+    alpha: Tensor
+
+
+@dataclass(frozen=True)
 class _Batch:
-    """Every share of one input batch: pairwise layers and per-example gradients
-    ``(k, n, F)`` (per-example layers and the fallback Jacobian)."""
+    """Every share of one input batch: pairwise layers, per-example gradients
+    ``(k, n, F)`` (per-example layers and the fallback Jacobian) and factored layers."""
 
     k: int
     pairwise: list[_Pairwise | None]
     per_example: list[Tensor | None]
+    factored: list[_Factored | None]
+
+
+def _pairwise_shares(store: _Store) -> list[_Pairwise | None]:
+    """One share per group of a pairwise layer (None for each if it was never reached)."""
+    layer = store.layer
+    groups = layer.groups
+    const = layer.bias_scale**2 if layer.bias is not None else 0.0
+    g = store.g
+    if g is None or (layer.weight is not None and store.u is None):
+        return [None] * groups
+    if groups == 1:
+        return [_Pairwise(None if store.u is None else store.u[:, :, 0], g, const)]
+    cg = layer.channels // groups
+    shares: list[_Pairwise | None] = []
+    for group in range(groups):
+        u = None if store.u is None else store.u[:, :, group]
+        shares.append(_Pairwise(u, g[..., group * cg : (group + 1) * cg], const))
+    return shares
 
 
 def _batch_factors(
@@ -540,40 +828,49 @@ def _batch_factors(
     paths: list[Path] | None,
     n_other: int,
     same: bool,
+    unfactored: set[str],
+    split: frozenset[str] = frozenset(),
 ) -> tuple[_Batch, list[Path]]:
     """Capture ``x`` in chunks of ``chunk`` examples and keep every share's factors; the
-    paths are chosen on the first chunk unless given."""
+    paths are chosen on the first chunk unless given (the factored one only for layers not
+    in ``unfactored`` whose cotangents factor on the chunk's first example).
+
+    The layers in ``split`` have their input cotangents propagated channel by channel
+    (:func:`_cotangents`) and take the factored path.
+
+    Raises :class:`_UnfactoredError` if a layer on the factored path meets examples whose
+    cotangents do not factor, :class:`_UnsplitError` (see :func:`_cotangents`)."""
     n = x.shape[0]
     stores: list[_Store] = []
     jac: Tensor | None = None
     k = 0
     for start in range(0, n, chunk):
         rows = slice(start, min(start + chunk, n))
-        fwd = _forward(fm, layers, x[rows])
+        fwd = _forward(fm, layers, x[rows], split)
         k = fwd.f.shape[1]
+        cots, factorizations = _cotangents(fwd, layers)
         if paths is None:
-            paths = [
-                _choose_path(layer, n, n_other, 1 if u is None else u.shape[1], k, outputs, same)
-                for layer, u in zip(layers, fwd.inputs, strict=True)
-            ]
+            paths = []
+            for layer, ys, cot in zip(layers, fwd.outputs, cots, strict=True):
+                p = _positions(layer, ys) if ys else 1
+                # check the factorization only where it would be the chosen contraction
+                wanted = _choose_path(layer, n, n_other, p, k, outputs, same, True) == "factored"
+                factorable = (
+                    wanted and cot is not None and layer.name not in unfactored and _factorable(cot)
+                )
+                if layer.name in split:
+                    paths.append("factored")
+                else:
+                    paths.append(_choose_path(layer, n, n_other, p, k, outputs, same, factorable))
         if not stores:
             stores = [
                 _Store(layer, path, outputs, n, k)
                 for layer, path in zip(layers, paths, strict=True)
             ]
-        for store, u in zip(stores, fwd.inputs, strict=True):
-            if u is None:
-                store.put_missing(rows, None)
-            else:
-                store.put_input(rows, u)
-        for a in range(k):
-            grads = _output_gradients(fwd, layers, a, last=a == k - 1)
-            for store, u, g in zip(stores, fwd.inputs, grads, strict=True):
-                if u is not None and g is not None:
-                    store.put_gradient(rows, a, g, u)
-                elif u is not None:
-                    store.put_missing(rows, a)
-        del fwd
+        for index, (store, calls, cot) in enumerate(zip(stores, fwd.inputs, cots, strict=True)):
+            if calls and cot is not None:
+                store.put(rows, calls, cot, factorizations.get(index))
+        del fwd, cots
         if fallback:
             part = _fallback_jacobian(fm, fallback, x[rows], chunk).transpose(0, 1)
             if jac is None:
@@ -581,18 +878,19 @@ def _batch_factors(
             jac[:, rows] = part
     pairwise: list[_Pairwise | None] = []
     per_example: list[Tensor | None] = [jac]
+    factored: list[_Factored | None] = []
     for store in stores:
-        store.finish()
         if store.path == "pairwise":
-            const = store.layer.bias_scale**2 if store.layer.bias is not None else 0.0
-            has_u = store.u is not None or store.layer.weight is None
-            ok = store.g is not None and has_u
-            pairwise.append(
-                _Pairwise(store.u, store.g, const) if ok and store.g is not None else None
+            pairwise += _pairwise_shares(store)
+        elif store.path == "factored":
+            factored.append(
+                _Factored(store.h, store.alpha)
+                if store.h is not None and store.alpha is not None
+                else None
             )
         else:
             per_example += [store.w, store.b]
-    return _Batch(k, pairwise, per_example), paths or []
+    return _Batch(k, pairwise, per_example, factored), paths or []
 
 
 # ------------------------------------------------------------------------------ Grams
@@ -720,6 +1018,32 @@ def _mirror(acc: Tensor, rows: slice, cols: slice, outputs: Outputs) -> None:
         dst.copy_(src.transpose(1, 2))
 
 
+#: Elements of the per-channel Gram (and, for full, its weighted copy) of a factored share
+#: computed at once: rows of a tile are split to stay within it.
+_FACTORED_ELEMENTS = 2**22
+
+
+def _add_factored_tile(
+    tile: Tensor, f1: _Factored, f2: _Factored, rows: slice, cols: slice, outputs: Outputs
+) -> None:
+    """Add a factored share to the tile ``(rows, cols)``, in row blocks whose per-channel
+    Gram has at most :data:`_FACTORED_ELEMENTS` elements."""
+    c, k = f1.h.shape[1], f1.alpha.shape[1]
+    width = (cols.stop - cols.start) * c * (k if outputs == "full" else 1)
+    step = max(1, _FACTORED_ELEMENTS // max(width, 1))
+    for r in range(rows.start, rows.stop, step):
+        sub = slice(r, min(r + step, rows.stop))
+        local = slice(sub.start - rows.start, sub.stop - rows.start)
+        add_factored(
+            _block(tile, local, slice(None), outputs),
+            f1.h[sub],
+            f1.alpha[sub],
+            f2.h[cols],
+            f2.alpha[cols],
+            outputs,
+        )
+
+
 def _accumulate(
     b1: _Batch,
     b2: _Batch,
@@ -745,6 +1069,11 @@ def _accumulate(
         for w1, w2 in zip(b1.per_example, b2.per_example, strict=True)
         if w1 is not None and w2 is not None
     ]
+    factored = [
+        (f1, f2)
+        for f1, f2 in zip(b1.factored, b2.factored, strict=True)
+        if f1 is not None and f2 is not None
+    ]
     for r in range(0, n1, block):
         rows = slice(r, min(r + block, n1))
         for c in range(r if same else 0, n2, block):
@@ -756,6 +1085,8 @@ def _accumulate(
                 _add_pairwise(tile, s1.rows(rows, outputs), s2.rows(cols, outputs), outputs, groups)
             for w1, w2 in per_example:
                 _add_per_example(tile, w1[:, rows], w2[:, cols], outputs, groups)
+            for f1, f2 in factored:
+                _add_factored_tile(tile, f1, f2, rows, cols, outputs)
             if upper:
                 _mirror_groups(tile, groups)
             if same and c != r:
@@ -781,7 +1112,7 @@ def ntk_structured(
     *,
     chunk_size: int | None = None,
 ) -> Tensor:
-    """Empirical NTK from the layer structure of ``nn.Linear`` and ``nn.Conv2d``.
+    """Empirical NTK from the layer structure of dense, convolution and normalization layers.
 
     .. math::
 
@@ -791,11 +1122,16 @@ def ntk_structured(
             \\frac{\\partial f_a(x_i)}{\\partial \\theta} \\cdot
             \\frac{\\partial f_b(x'_j)}{\\partial \\theta}
 
-    with ``u`` a covered layer's input (patches for a convolution) and ``g`` the gradient of
-    output ``a`` in that layer's output. Per layer a cost model chooses between the
-    pairwise-position contraction above (cheap for few positions: ``nn.Linear``) and forming
-    the per-example gradients ``sum_p g_iap u_ip^T`` and taking their inner products (cheap
-    for many positions: convolutions). See Novak et al., arXiv:2206.08720.
+    with ``u`` a covered layer's input (patches for a convolution, the normalized input for
+    a normalization layer) and ``g`` the gradient of output ``a`` in that layer's output.
+    Per layer a cost model chooses the contraction order: the pairwise-position form above
+    (cheap for few positions: ``nn.Linear``), forming the per-example gradients
+    ``sum_p g_iap u_ip^T`` and taking their inner products (cheap for many positions:
+    convolutions), or, when the cotangents factor per channel (layers followed only by
+    per-channel operations, global average pooling and a linear readout),
+    ``sum_c alpha_iac alpha_jbc <H_ic, H'_jc>`` with ``H_ic = sum_p h_ipc u_ip`` formed once
+    for all outputs. See Novak, Sohl-Dickstein & Schoenholz (2022, arXiv:2206.08720) and
+    :mod:`.structured_conv`.
 
     Parameters
     ----------
@@ -829,22 +1165,25 @@ def ntk_structured(
     Notes
     -----
     Covered: modules of exact type ``nn.Linear`` (any number of axes between the batch and
-    the features, e.g. tokens), ntklab's ``DenseLayer`` (both parameterizations) and
-    ``nn.Conv2d`` with ``groups=1`` (any stride, dilation, padding, padding mode), each
-    called any number of times. Everything else falls back to a per-example Jacobian of just
-    those parameters: other parameters, grouped convolutions, subclasses with their own
-    ``forward``, tied weights, a covered parameter also used outside its module's forward
-    (detected while running), a module whose input has no leading batch axis.
+    the features, e.g. tokens), ntklab's ``DenseLayer`` (both parameterizations),
+    ``nn.Conv1d``, ``nn.Conv2d`` and ``nn.Conv3d`` (any stride, dilation, padding, padding
+    mode and groups), and the affine parameters of ``nn.BatchNorm1d/2d/3d`` (eval mode) and
+    ``nn.LayerNorm``, each called any number of times. Everything else falls back to a
+    per-example Jacobian of just those parameters: other parameters, subclasses with their
+    own ``forward``, tied weights, a covered parameter also used outside its module's
+    forward (detected while running), a module whose input has no leading batch axis.
 
-    Cost model, per layer with ``P`` positions, input length ``D``, ``C`` output features and
-    ``k`` model outputs: pairwise ``2 n1 n2 P^2 (D + k C)`` flops (``D + k^2 C`` for full)
-    plus ``n1 n2 P^2`` elementwise products (times ``k`` for diagonal, ``k^2`` for full, each
-    weighted as 30 flops); per-example ``2 (n1 + n2) k P C D`` flops to form the gradients
-    plus ``2 n1 n2 k C D`` (times ``k`` for full) for their Gram; the cheaper is used.
-    Pairwise wins for ``P = 1`` (dense layers: no ``n k x n_params`` Jacobian is ever formed,
-    which is where this method beats Jacobian contraction by the largest factor);
-    per-example wins for convolutions with many output pixels. Symmetric kernels (``x2``
-    None) compute only the upper tiles (output groups for full) and mirror them.
+    Cost model, per layer with ``P`` positions, ``G`` groups, input length ``D`` per group,
+    ``C`` output channels and ``k`` model outputs: pairwise ``2 n1 n2 P^2 (D + k C / G)``
+    flops per group (``D + k^2 C / G`` for full) plus ``n1 n2 P^2`` elementwise products
+    (times ``k`` for diagonal, ``k^2`` for full, each weighted as 30 flops); per-example
+    ``2 (n1 + n2) k P C D`` flops to form the gradients plus ``2 n1 n2 k C D`` (times ``k``
+    for full) for their Gram; factored ``2 (n1 + n2) P C D`` to form ``H`` plus
+    ``2 n1 n2 C (D + k)`` (``D + k^2`` for full) and the check of the factorization; the
+    cheapest is used. Pairwise wins for ``P = 1`` (dense layers: no ``n k x n_params``
+    Jacobian is ever formed); per-example for convolutions with many output pixels;
+    factored for the layers before global average pooling. Symmetric kernels (``x2`` None)
+    compute only the upper tiles (output groups for full) and mirror them.
 
     Examples
     --------
@@ -867,18 +1206,32 @@ def ntk_structured(
     layers = list(_covered_layers(fm))
     covered = {p for layer in layers for p in layer.params}
     fallback = [p for p in fm.params if p not in covered]
-    while True:  # each retry covers fewer parameters
+    unfactored: set[str] = set()
+    unsplit: set[str] = set()
+    planned = _profile(fm, x1).split
+    while True:  # each retry covers fewer parameters or factors or splits fewer layers
+        split = frozenset(planned) - unsplit - unfactored
         try:
-            b1, paths = _batch_factors(fm, layers, fallback, x1, chunk, outputs, None, n2, same)
+            b1, paths = _batch_factors(
+                fm, layers, fallback, x1, chunk, outputs, None, n2, same, unfactored, split
+            )
             b2 = (
                 b1
                 if same
-                else _batch_factors(fm, layers, fallback, x2, chunk, outputs, paths, n1, same)[0]
+                else _batch_factors(
+                    fm, layers, fallback, x2, chunk, outputs, paths, n1, same, unfactored, split
+                )[0]
             )
         except _FallBackError as err:
             reduced = [layer.without(err.names) for layer in layers]
             layers = [layer for layer in reduced if layer is not None]
             fallback += [p for p in fm.params if p in err.names and p not in fallback]
+            continue
+        except _UnfactoredError as err:
+            unfactored.add(err.name)
+            continue
+        except _UnsplitError as err:
+            unsplit.add(err.name)
             continue
         if b1.k != b2.k:
             raise NtklabValueError(
@@ -892,40 +1245,107 @@ def ntk_structured(
 
 @dataclass(frozen=True)
 class _Profile:
-    """Per-example sizes of a model: covered layers with their positions, fallback size."""
+    """Per-example sizes of a model: covered layers with their positions and whether their
+    cotangents factor, the fallback size and the forward's tensors."""
 
-    layers: tuple[tuple[_Layer, int], ...]  # (layer, P)
+    layers: tuple[tuple[_Layer, int, bool], ...]  # (layer, P, factorable)
     fallback: int  # F: number of fallback scalar parameters
     activations: int  # elements of the forward's intermediate tensors, per example
+    split: dict[str, float] = dataclasses.field(default_factory=dict)  # name: flops saved
+
+
+#: The last profiles measured on a sample: (sample tensor, model, profile), compared by
+#: identity (tensors are neither hashable by value nor comparable with ``==``).
+_PROFILES: list[tuple[weakref.ref[Tensor], weakref.ref[FunctionalModel], _Profile]] = []
+_PROFILES_KEPT = 4
 
 
 def _profile(fm: FunctionalModel, x: Tensor | None) -> _Profile:
-    """Measure positions per layer and the forward's tensors on ``x[:1]``; without a sample,
-    assume one position per layer (exact for dense layers on vectors, a lower bound for
-    convolutions and sequences) and :data:`_STATIC_ELEMENTS` tensors the size of each layer's
-    input and output."""
+    """Measure positions per layer, whether their cotangents factor (one forward and ``k``
+    backward passes) and the forward's tensors on ``x[:1]``; without a sample, assume one
+    position per layer (exact for dense layers on vectors, a lower bound for convolutions
+    and sequences), no factorization and :data:`_STATIC_ELEMENTS` tensors the size of each
+    layer's input and output. Cached per sample tensor and model."""
     layers = list(_covered_layers(fm))
     if x is None:
-        sized = tuple((layer, 1) for layer in layers)
+        sized = tuple((layer, 1, False) for layer in layers)
         acts = _STATIC_ELEMENTS * sum(layer.width + layer.channels for layer in layers)
     else:
-        x = check_batch("x", x[:1], fm)
+        for ref, model, cached in _PROFILES:
+            if ref() is x and model() is fm:
+                return cached
+        one = check_batch("x", x[:1], fm)
         while True:
             try:
-                fwd = _forward(fm, layers, x)
+                fwd = _forward(fm, layers, one)
                 break
             except _FallBackError as err:
                 reduced = [layer.without(err.names) for layer in layers]
                 layers = [layer for layer in reduced if layer is not None]
+        cots = _cotangents(fwd, layers)[0]
         sized = tuple(
-            (layer, u.shape[1])
-            for layer, u in zip(layers, fwd.inputs, strict=True)
-            if u is not None
+            (layer, _positions(layer, ys), cot is not None and _factorable(cot))
+            for layer, ys, cot in zip(layers, fwd.outputs, cots, strict=True)
+            if ys
         )
         acts = fwd.elements
-    covered = {p for layer, _ in sized for p in layer.params}
+        k = int(fwd.f.shape[1])
+        split = {}
+        for (layer, p, factorable), calls, needs in zip(
+            sized,
+            [c for c in fwd.inputs if c],
+            [d for c, d in zip(fwd.inputs, fwd.needs_input, strict=True) if c],
+            strict=True,
+        ):
+            saved = _split_saving(layer, p, calls, k) if factorable and needs else 0.0
+            if saved > 0 and not _bypassed(fm, layers, one, layer.name):
+                split[layer.name] = saved
+    covered = {p for layer, _, _ in sized for p in layer.params}
     fallback = sum(v.numel() for p, v in fm.params.items() if p not in covered)
-    return _Profile(sized, fallback, acts)
+    prof = _Profile(sized, fallback, acts) if x is None else _Profile(sized, fallback, acts, split)
+    if x is not None:
+        _PROFILES.insert(0, (weakref.ref(x), weakref.ref(fm), prof))
+        del _PROFILES[_PROFILES_KEPT:]
+    return prof
+
+
+def _split_saving(layer: _Layer, p: int, calls: Sequence[Tensor], k: int) -> float:
+    """Flops per example saved by propagating a factored layer's input cotangents channel by
+    channel (:func:`.structured_conv.input_cotangents`) instead of ``k`` backward passes
+    through it; 0 where not possible (not a convolution, padding other than zeros, called
+    more than once). A backward pass through a convolution costs its forward flops, plus,
+    in float64 (where PyTorch's CPU convolutions unfold their input), the traffic of the
+    unfolded input gradient ``C_in taps P_in``."""
+    mod = layer.module
+    if not isinstance(mod, CONVOLUTIONS) or mod.padding_mode != "zeros" or len(calls) != 1:
+        return 0.0
+    raw = calls[0]
+    p_in = math.prod(raw.shape[2:])
+    direct = _layer_flops(layer, p)
+    if raw.dtype == torch.float64:
+        direct += _ELEMENTWISE_FLOPS * raw.shape[1] * math.prod(mod.kernel_size) * p_in
+    return k * direct - input_cotangent_flops(mod, p, p_in, k)
+
+
+def _bypassed(fm: FunctionalModel, layers: Sequence[_Layer], one: Tensor, name: str) -> bool:
+    """Whether some covered layer below layer ``name`` also reaches the outputs without
+    passing through it (a residual connection around it): the backward passes would then
+    traverse that layer twice with its output cut from its input. One forward and two
+    backward passes on the example ``one``."""
+    fwd = _forward(fm, layers, one, frozenset({name}))
+    index = next(i for i, layer in enumerate(layers) if layer.name == name)
+    live = fwd.split_inputs[index]
+    flat = [y for ys in fwd.outputs for y in ys]
+    if live is None or not fwd.f.requires_grad:
+        return False
+    top = torch.autograd.grad(fwd.f.sum(), flat, retain_graph=True, allow_unused=True)
+    below = torch.autograd.grad(live, flat, torch.ones_like(live), allow_unused=True)
+    return any(a is not None and b is not None for a, b in zip(top, below, strict=True))
+
+
+def _layer_flops(layer: _Layer, p: int) -> float:
+    """Flops of one forward call of a covered layer at ``p`` positions: ``2 P C D``."""
+    return 2.0 * p * layer.channels * layer.width
 
 
 def structured_flops(
@@ -937,14 +1357,18 @@ def structured_flops(
     *,
     x: Tensor | None = None,
     symmetric: bool = False,
+    forward_flops: float | None = None,
 ) -> float:
     """Approximate flops of :func:`ntk_structured` (GEMM-equivalent).
 
     Capture: one forward and ``k`` backward passes over the covered layers,
-    ``(1 + k) sum 2 P C D`` per example; per layer the cheaper of the pairwise and
-    per-example contractions (see :func:`ntk_structured`); fallback: a forward and ``k``
-    backward passes with parameter gradients per example, ``(1 + 2k) sum 2 P C D``, plus the
-    Gram ``2 n1 n2 k F`` (times ``k`` for full).
+    ``(1 + k) sum 2 P C D`` per example, less what propagating the input cotangents of
+    factored convolutions channel by channel saves; per layer the cheapest contraction
+    (pairwise,
+    per-example, or factored when the cotangents factor on ``x[:1]``; see
+    :func:`ntk_structured`); fallback: a forward and ``k`` backward passes with parameter
+    gradients per example, ``(1 + 2k) sum 2 P C D``, plus the Gram ``2 n1 n2 k F`` (times
+    ``k`` for full). Memory-bound passes are counted by :func:`structured_elements`.
 
     Parameters
     ----------
@@ -955,27 +1379,73 @@ def structured_flops(
         Number of outputs.
     outputs : {"trace", "full", "diagonal"}
     x : Tensor, optional
-        A sample input (only ``x[:1]`` is run) to measure the positions per layer and the
-        forward's memory. Without it every layer is taken to have one position: exact for
-        dense layers on vectors, an underestimate for convolutions and sequences.
+        A sample input (only ``x[:1]`` is run, forward and backward) to measure the positions
+        per layer, whether cotangents factor, and the forward's memory. Without it every
+        layer is taken to have one position: exact for dense layers on vectors, an
+        underestimate for convolutions and sequences.
     symmetric : bool
         ``x2`` is None (factors computed once, symmetric tiles mirrored).
+    forward_flops : float, optional
+        The model's forward flops per example (:func:`.jacobian.probe`), which bound the
+        covered layers' from below (the backward passes also go through the others).
     """
     outputs = _check_outputs(outputs)
     prof = _profile(fm, x)
     inputs = n1 if symmetric else n1 + n2
-    forward = sum(2.0 * p * layer.channels * layer.width for layer, p in prof.layers)
+    forward = sum(_layer_flops(layer, p) for layer, p, _ in prof.layers)
     forward = max(forward, float(prof.activations))  # a floor for models with no covered layer
-    total = (1 + k) * forward * inputs
-    for layer, p in prof.layers:
-        total += min(
-            _pairwise_flops(layer, n1, n2, p, p, k, outputs),
-            _per_example_flops(layer, n1, n2, p, p, k, outputs, symmetric),
-        )
+    if forward_flops is not None:
+        forward = max(forward, forward_flops)
+    total = ((1 + k) * forward - sum(prof.split.values())) * inputs
+    for layer, p, factorable in prof.layers:
+        costs = _path_flops(layer, n1, n2, p, k, outputs, symmetric)
+        if layer.name in prof.split:
+            total += costs["factored"]
+            continue
+        if not factorable:
+            del costs["factored"]
+        total += min(costs.values())
     if prof.fallback:
         total += (1 + 2 * k) * forward * inputs
         total += 2.0 * n1 * n2 * k * prof.fallback * (k if outputs == "full" else 1)
     return total
+
+
+def structured_elements(
+    fm: FunctionalModel,
+    n1: int,
+    n2: int,
+    k: int,
+    outputs: Outputs,
+    *,
+    x: Tensor | None = None,
+    symmetric: bool = False,
+    activations: int | None = None,
+) -> float:
+    """Elements moved by the memory-bound passes of :func:`ntk_structured`.
+
+    Per example: the ``k`` backward passes read and write the tensors saved for them
+    (``2 k A``); per covered layer the hooks copy its output (``P C``) and its input into
+    patches (``P G D``; the normalized input for a normalization layer); a pairwise layer
+    stores its cotangents (``k P C``); the fallback Jacobian adds a forward and ``k``
+    backward passes and its ``k F`` rows. The elementwise parts of each layer's contraction
+    (the factorization check) are in :func:`structured_flops`. Parameters as for
+    :func:`structured_flops`; ``activations``: ``A``, the elements autograd saves per
+    example (:func:`.jacobian.probe`; default: every tensor the forward creates, measured on
+    ``x[:1]``, an overestimate).
+    """
+    outputs = _check_outputs(outputs)
+    prof = _profile(fm, x)
+    inputs = n1 if symmetric else n1 + n2
+    saved = float(prof.activations if activations is None else activations)
+    per_example = 2.0 * k * saved
+    for layer, p, factorable in prof.layers:
+        per_example += p * layer.channels + p * layer.groups * layer.width
+        if _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable) == "pairwise":
+            per_example += k * p * layer.channels
+    if prof.fallback:
+        per_example += 2.0 * k * saved + k * prof.fallback
+    return per_example * inputs
 
 
 def structured_peak_bytes(
@@ -995,12 +1465,18 @@ def structured_peak_bytes(
 
     - the kernel, twice for full and diagonal (the final transpose);
     - the factors kept for both batches (once when ``symmetric``): pairwise layers
-      ``n P (D + k C)``, per-example layers ``n k C D'``, the fallback Jacobian ``n k F``;
+      ``n P (G D + k C)``, per-example layers ``n k C (D + 1)``, factored layers
+      ``n C (D + 1 + k)``, the fallback Jacobian ``n k F``;
     - the larger of one capture chunk of ``c`` examples (the forward's tensors, measured on
-      ``x[:1]``, twice for one backward pass; the saved inputs ``c P D``; for the fallback
-      ``k`` backward passes under ``vmap``) and one kernel tile (pairwise: ``(c P)^2`` for
-      the input Gram plus ``(c P)^2`` times 1 (trace), ``k`` (diagonal), or the output group
-      size squared (full) for the gradient Gram).
+      ``x[:1]``, twice for the backward passes; the saved inputs, ``c P G D`` (patches) for
+      a pairwise layer, a copy of the input (``c P G D / taps``) for a convolution otherwise;
+      the cotangents of every output ``c k P C``; the input cotangents ``c k C_in P_in`` of
+      a convolution propagated channel by channel; the patches and factors of the few
+      examples processed at once; for the fallback ``k`` backward passes under ``vmap``)
+      and one kernel tile (pairwise: ``(c P)^2`` for the input Gram plus
+      ``(c P)^2`` times 1 (trace), ``k`` (diagonal), or the output group size squared (full)
+      for the gradient Gram; factored: twice the per-channel Gram, at most
+      ``2 * 2**22`` elements).
 
     Parameters are those of :func:`structured_flops`; ``chunk_size`` as in
     :func:`ntk_structured` (``c = chunk_size`` or ``max(n1, n2)``).
@@ -1022,21 +1498,39 @@ def structured_peak_bytes(
     batches = n1 if symmetric else n1 + n2
     kept = batches * k * prof.fallback
     inputs = 0
+    cotangents = 0
+    scratch = 0
     tile = 0
-    for layer, p in prof.layers:
+    for layer, p, factorable in prof.layers:
         weight = layer.width if layer.weight is not None else 0
-        inputs += c * p * layer.width
-        if _choose_path(layer, n1, n2, p, k, outputs, symmetric) == "pairwise":
-            kept += batches * p * (weight + k * layer.channels)
+        bias = int(layer.bias is not None)
+        channels, groups = layer.channels, layer.groups
+        patches = c * p * groups * layer.width
+        taps = math.prod(layer.module.kernel_size) if isinstance(layer.module, CONVOLUTIONS) else 1
+        cotangents += c * k * p * channels
+        if layer.name in prof.split:  # input cotangents of every output, about P C_in each
+            cotangents += c * k * patches // (c * taps)
+            scratch = max(scratch, _SPLIT_ELEMENTS + 2 * c * k * p * channels)
+        path = _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable)
+        if layer.name in prof.split:
+            path = "factored"
+        inputs += patches if path == "pairwise" else patches // taps
+        scratch = max(scratch, min(2 * _CACHE_ELEMENTS, c * p * (k * channels + patches // c)))
+        if path == "pairwise":
+            kept += batches * p * (groups * weight + k * channels)
             rows = c * p
             group = _groups(k, c)[0].stop
             grams = {"trace": 1, "diagonal": k, "full": group * group}[outputs]
-            tile = max(tile, rows * rows * (1 + grams) + 2 * k * rows * layer.channels)
-        else:
-            kept += batches * k * layer.channels * (weight + (layer.bias is not None))
+            tile = max(tile, rows * rows * (1 + grams) + 2 * k * rows * channels)
+        elif path == "per_example":
+            kept += batches * k * channels * (weight + bias)
             group = _groups(k, c)[0].stop
             tile = max(tile, (group * c) ** 2 if outputs == "full" else 0)
-    capture = inputs + 2 * c * prof.activations
+        else:
+            kept += batches * channels * (weight + bias + k)
+            gram = c * c * channels * (k if outputs == "full" else 1)
+            tile = max(tile, 2 * min(gram, _FACTORED_ELEMENTS + c * channels * k))
+    capture = inputs + cotangents + scratch + 2 * c * prof.activations
     if prof.fallback:
         capture = max(capture, c * k * (prof.activations + 2 * prof.fallback))
     return int(item * (kernel + kept + max(capture, tile)))
