@@ -563,7 +563,11 @@ def run_peers(args: argparse.Namespace) -> None:
                 code, out, err, killed = _run_capped(cmd, cap, args.timeout)
                 entry: dict[str, Any] = {**asdict(r), "tool": name}
                 if killed or code != 0:
-                    entry["failed"] = killed or f"exit {code}: {err.strip().splitlines()[-1:]}"
+                    errors = [ln for ln in err.splitlines() if "Error" in ln] or err.splitlines()
+                    reason = f"exit {code}: {errors[-1][:300] if errors else ''}"
+                    if "RESOURCE_EXHAUSTED" in err:  # XLA refused an allocation
+                        reason = "out of memory (XLA allocation refused)"
+                    entry["failed"] = killed or reason
                     log(f"{r.key} {name}: {entry['failed']}")
                     results.append(entry)
                     continue
@@ -582,13 +586,11 @@ def run_peers(args: argparse.Namespace) -> None:
                 )
     if args.merge_json:  # earlier results of the tools not run now (e.g. after a code change)
         earlier = json.loads(Path(args.merge_json).read_text())["results"]
-        ran = {
-            (e["model"], e["n"], e["outputs"], e["dtype"], e["tool"].split("-")[0]) for e in results
-        }
+        ran = {(e["model"], e["n"], e["outputs"], e["dtype"], e["tool"]) for e in results}
         kept = [
             e
             for e in earlier
-            if (e["model"], e["n"], e["outputs"], e["dtype"], e["tool"].split("-")[0]) not in ran
+            if (e["model"], e["n"], e["outputs"], e["dtype"], e["tool"]) not in ran
         ]
         results = kept + results
     report = {

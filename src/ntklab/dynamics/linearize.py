@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
+from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabTypeError, NtklabValueError
 
 __all__ = ["LinearizedModel", "linearize"]
@@ -92,7 +93,8 @@ class LinearizedModel(nn.Module):
         def f(params: dict[str, Tensor]) -> Tensor:
             return functional_call(self.model, {**params, **fixed}, args, kwargs)  # type: ignore[no-any-return]
 
-        out, dout = jvp(f, (theta0,), (tangents,))[:2]
+        with FORWARD_MODE_LOCK:  # forward-mode AD levels are process-wide in torch
+            out, dout = jvp(f, (theta0,), (tangents,))[:2]
         return out + dout  # type: ignore[no-any-return]
 
 

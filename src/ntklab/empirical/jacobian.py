@@ -43,6 +43,7 @@ from torch.func import jacrev, jvp, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
 from .._checks import check_positive_int
+from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabValueError
 from ._functional import FunctionalModel, Outputs, check_batch
 
@@ -519,7 +520,8 @@ def _vp_block(fm: FunctionalModel, x: Tensor, rows2: Rows, k: int, outputs: Outp
         out: Tensor = jvp(lambda p: fm(p, x), (fm.params,), (tangent,))[1]
         return out
 
-    pushed: Tensor = vmap(push)(tangents)  # shape: (c k, r, k)
+    with FORWARD_MODE_LOCK:  # forward-mode AD levels are process-wide in torch
+        pushed: Tensor = vmap(push)(tangents)  # shape: (c k, r, k)
     return _select(pushed.view(rows2[0].shape[0], k, x.shape[0], k), outputs)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from ._functional import FunctionalModel, ParamSelection, check_batch, functional_model
@@ -232,8 +233,9 @@ def _theta_block(fm: FunctionalModel, x: Tensor, vs: Tensor) -> Tensor:
         out: Tensor = torch.func.jvp(f, (fm.params,), (tangent,))[1]
         return out
 
-    # torch.func transforms ignore an outer no_grad; it only stops recording for autograd
-    with torch.no_grad():
+    # torch.func transforms ignore an outer no_grad; it only stops recording for autograd;
+    # forward-mode AD levels are process-wide in torch, hence the lock
+    with torch.no_grad(), FORWARD_MODE_LOCK:
         vjp_fn = torch.func.vjp(f, fm.params)[1]
         if vs.shape[0] == 1:
             (g,) = vjp_fn(vs[0])  # J^T v: name -> (*shape)
