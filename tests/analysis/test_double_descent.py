@@ -55,7 +55,7 @@ def marchenko_pastur(gamma: float, f) -> float:  # type: ignore[no-untyped-def]
         return math.sqrt((hi - s) * (s - lo)) / (2 * math.pi * gamma * s)
 
     value = integrate.quad(lambda s: density(s) * f(s), lo, hi, limit=200, epsabs=1e-13)[0]
-    return value + (1 - 1 / gamma) * f(0.0) if gamma > 1 else value
+    return float(value + (1 - 1 / gamma) * f(0.0) if gamma > 1 else value)
 
 
 @pytest.mark.parametrize("gamma", [0.3, 1.0, 2.5])
@@ -101,6 +101,69 @@ def test_simulation_matches_the_asymptotic_risk(n: int, p: int, ridge: float) ->
     assert abs(sim.mean - theory) < 4 * sim.stderr + 0.01 * theory
 
 
+def _numpy_linear_risks(n: int, p: int, ridge: float, repeats: int, seed: int) -> np.ndarray:
+    """The draws of min_norm_linear_regression_risk (same generator, same order), fitted with
+    numpy: lstsq (min-norm) or a dense solve of the normal equations (ridge)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(repeats):
+        x = torch.randn(n, p, dtype=F64, generator=g)
+        direction = torch.randn(p, dtype=F64, generator=g)
+        beta = direction / direction.norm()  # r2 = 1
+        y = x @ beta + math.sqrt(0.5) * torch.randn(n, dtype=F64, generator=g)
+        xn, yn = x.numpy(), y.numpy()
+        if ridge == 0.0:
+            fit = np.linalg.lstsq(xn, yn, rcond=None)[0]
+        else:
+            fit = np.linalg.solve(xn.T @ xn + n * ridge * np.eye(p), xn.T @ yn)
+        out.append(np.sum((fit - beta.numpy()) ** 2))
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    ("n", "p", "ridge"),
+    [(60, 20, 0.0), (60, 57, 0.0), (60, 63, 0.0), (60, 150, 0.0), (60, 57, 0.3), (60, 150, 1.5)],
+)
+def test_linear_simulation_equals_numpy_fits_of_the_same_draws(
+    n: int, p: int, ridge: float
+) -> None:
+    sim = min_norm_linear_regression_risk(
+        n, p, r2=1.0, sigma2=0.5, repeats=4, ridge=ridge, generator=7
+    )
+    ref = _numpy_linear_risks(n, p, ridge, 4, seed=7)
+    assert_close(sim.risks, torch.from_numpy(ref), rtol=1e-9, atol=0.0)
+
+
+@pytest.mark.parametrize(("n", "p"), [(12, 7), (7, 12)])
+def test_linear_fit_of_a_rank_deficient_design_is_the_pseudo_inverse(
+    gen: torch.Generator, n: int, p: int
+) -> None:
+    # rank 4 < min(n, p): the Gram matrix is singular, the fit must be X^+ y (not a blow-up)
+    x = torch.randn(n, 4, dtype=F64, generator=gen) @ torch.randn(4, p, dtype=F64, generator=gen)
+    y = torch.randn(n, dtype=F64, generator=gen)
+    ref = np.linalg.pinv(x.numpy()) @ y.numpy()
+    assert_close(
+        double_descent._linear_fit(x, y, 0.0), torch.from_numpy(ref), rtol=1e-8, atol=1e-10
+    )
+    ridge = np.linalg.solve(x.numpy().T @ x.numpy() + n * 0.1 * np.eye(p), x.numpy().T @ y.numpy())
+    assert_close(
+        double_descent._linear_fit(x, y, 0.1), torch.from_numpy(ridge), rtol=1e-9, atol=0.0
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_linear_fit_of_a_nearly_singular_design_keeps_the_svd_accuracy(seed: int) -> None:
+    # two columns 1e-6 apart: cond(X) ~ 1e6, the Cholesky factor of X^T X exists but the
+    # normal equations lose ~eps cond(X)^2 ~ 1e-4 (measured 4e-4..2e-3); the SVD keeps ~1e-9
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(12, 7, dtype=F64, generator=g)
+    x[:, -1] = x[:, -2] + 1e-6 * torch.randn(12, dtype=F64, generator=g)
+    y = torch.randn(12, dtype=F64, generator=g)
+    ref = np.linalg.lstsq(x.numpy(), y.numpy(), rcond=None)[0]
+    got = double_descent._linear_fit(x, y, 0.0).numpy()
+    assert np.abs(got - ref).max() < 1e-7 * np.abs(ref).max()
+
+
 def test_relu_features_and_their_kernel_limit(gen: torch.Generator) -> None:
     x = torch.randn(7, 4, dtype=F64, generator=gen)
     w = torch.randn(4, 5, dtype=F64, generator=gen)
@@ -139,6 +202,24 @@ def test_ridge_features_regression_equals_the_normal_equations(gen: torch.Genera
     assert random_features_regression(x.float(), y.float(), xt.float(), n_features=p).dtype == (
         torch.float32
     )
+
+
+@pytest.mark.parametrize("p", [9, 20, 31, 90])
+def test_every_ridge_of_one_fit_equals_a_separate_dense_solve(gen: torch.Generator, p: int) -> None:
+    # p < n, p = n, p > n: the tall and the wide SVD paths, with two outputs (k = 2)
+    n, d = 20, 3
+    x, xt = torch.randn(n, d, dtype=F64, generator=gen), torch.randn(5, d, dtype=F64, generator=gen)
+    y = torch.randn(n, 2, dtype=F64, generator=gen)
+    ridges = [0.0, 1e-4, 1e-2, 1.0]
+    pred = random_features_regression(x, y, xt, n_features=p, ridges=ridges, generator=p)
+    w = torch.randn(d, p, dtype=F64, generator=torch.Generator().manual_seed(p))
+    phi, phi_t = random_relu_features(x, w).numpy(), random_relu_features(xt, w).numpy()
+    refs = [phi_t @ np.linalg.lstsq(phi, y.numpy(), rcond=None)[0]]
+    for lam in ridges[1:]:  # dual form: Phi^T (Phi Phi^T + n lam I)^-1 y
+        refs.append(phi_t @ phi.T @ np.linalg.solve(phi @ phi.T + n * lam * np.eye(n), y.numpy()))
+    assert pred.shape == (4, 5, 2)
+    for i, ref in enumerate(refs):
+        assert_close(pred[i], torch.from_numpy(ref), rtol=1e-7, atol=1e-9)
 
 
 def test_many_features_approach_arccos_kernel_regression(gen: torch.Generator) -> None:

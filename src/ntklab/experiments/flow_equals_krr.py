@@ -227,9 +227,15 @@ def _rel(a: Tensor, b: Tensor) -> float:
 
 
 def _initial_outputs(
-    arch: nk.Architecture, x: Tensor, config: FlowEqualsKrrConfig, gen: torch.Generator
+    arch: nk.Architecture, x: Tensor, config: FlowEqualsKrrConfig, ctx: RunContext
 ) -> Tensor:
-    """Outputs (n, members) of ``members`` finite networks at initialization."""
+    """Outputs (n, members) of ``members`` finite networks at initialization.
+
+    The bulk of :func:`measure`: per chunk of 50 networks of width 1024 on 320 points, about
+    1.4 s of one core draws the weights (float64) and 1.0 s runs the forward pass, so the
+    paper scale's 4000 networks take about 3 minutes of one core.
+    """
+    gen = ctx.generator("init")
     outs = []
     done = 0
     while done < config.members:
@@ -240,6 +246,7 @@ def _initial_outputs(
         with torch.no_grad():
             outs.append(ens(x)[:, :, 0].T)
         done += size
+        ctx.progress(0.2 * done / config.members, f"initial outputs, {done} networks")
     return torch.cat(outs, dim=1)
 
 
@@ -259,7 +266,7 @@ def measure(config: FlowEqualsKrrConfig, ctx: RunContext) -> Measurement:
     lam_min, lam_max = float(evals[0]), float(evals[-1])
     lr = 1.0  # times count flow time; N / lambda_max is the unit below
     unit = n / lam_max
-    f0_all = _initial_outputs(arch, x, config, ctx.generator("init"))  # shape: (n + m, M)
+    f0_all = _initial_outputs(arch, x, config, ctx)  # shape: (n + m, M)
     f0, f0_test = f0_all[:n, :1], f0_all[n:, :1]
     ctx.progress(0.2, "kernels and initial outputs")
     dyn = linearized_dynamics(theta, y, learning_rate=lr)
