@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 import struct
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ntklab.experiments.cntk_vs_cnn import (
     CntkVsCnnConfig,
     cnn_architecture,
     judge,
+    kernel_cost_note,
     kernel_regression_accuracy,
     measure,
 )
@@ -158,7 +160,7 @@ def _mlp_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w: float, b: float) -> 
         k = w**2 * k + b**2
         ntk = w**2 * ntk + k
         q1, q2 = w**2 * q1 / 2 + b**2, w**2 * q2 / 2 + b**2
-    return ntk
+    return np.asarray(ntk)
 
 
 def _window_mean(a: np.ndarray, pair: bool) -> np.ndarray:
@@ -206,7 +208,7 @@ def _ridge_predictions(
     targets = np.eye(classes)[y_train] - 1.0 / classes
     reg = ridge * np.mean(np.diag(k_train))
     alpha = np.linalg.solve(k_train + reg * np.eye(len(k_train)), targets)
-    return (k_test @ alpha).argmax(axis=1)
+    return np.asarray((k_test @ alpha).argmax(axis=1))
 
 
 def test_tiny_run_accuracies_match_numpy_kernels(tiny: RunResult) -> None:
@@ -265,7 +267,7 @@ def _write_idx(path: Path, array: np.ndarray) -> None:
 def _write_fashion(folder: Path, sizes: dict[str, int]) -> dict[str, tuple[np.ndarray, ...]]:
     """Small Fashion-MNIST-format files: 6 x 6 images, labels cycling through 0..9."""
     rng = np.random.default_rng(0)
-    arrays = {}
+    arrays: dict[str, tuple[np.ndarray, ...]] = {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
         images = rng.integers(0, 256, (sizes[split], 6, 6))
         labels = rng.permutation(np.arange(sizes[split]) % 10)
@@ -317,6 +319,43 @@ def test_tiny_run_records_the_cnn_training(tiny: RunResult) -> None:
     assert losses.shape == (config.cnn_steps + 1,) and losses[-1] < losses[0]
     assert metrics["cnn_final_train_loss"] == pytest.approx(float(losses[-1]), rel=1e-12)
     assert (tiny.run_dir / "cntk_vs_cnn.png").exists()
+
+
+def test_tiny_run_notes_each_kernels_entries_and_rate(tiny: RunResult) -> None:
+    """The cost note counts n_train^2 + n_test n_train entries per kernel (the training and
+    test kernels) and its rate is entries / seconds."""
+    config = CntkVsCnnConfig.model_validate(tiny.config)
+    (note,) = [n for n in tiny.notes if n.startswith("kernel cost")]
+    entries = config.n_train**2 + config.n_test * config.n_train
+    found = re.findall(r"(\w+) (\d+) entries \(input pairs\) in (\S+) s \((\S+) per s\)", note)
+    assert [name for name, *_ in found] == ["cntk_gap", "cntk_flatten", "mlp_ntk"]
+    for _, count, seconds, rate in found:
+        assert int(count) == entries
+        assert float(rate) == pytest.approx(entries / float(seconds), rel=0.01)
+
+
+def test_kernel_cost_note_states_the_rate() -> None:
+    note = kernel_cost_note({"cntk_gap": (6_000_000, 1.2e6), "mlp_ntk": (10, 0.0)})
+    assert "cntk_gap 6000000 entries (input pairs) in 1.2e+06 s (5.0 per s)" in note
+    assert "mlp_ntk 10 entries (input pairs) in 0 s (inf per s)" in note
+
+
+def test_docstring_paper_scale_counts_the_paper_grid() -> None:
+    """The module's paper-scale cost counts the paper config's CNTK entries."""
+    import ntklab.experiments.cntk_vs_cnn as module
+
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, CntkVsCnnConfig)
+    doc = " ".join((module.__doc__ or "").split())
+    assert "Paper scale (depth 5, 2000 training and 1000 test images of 28 x 28" in doc
+    assert config.n_train**2 + config.n_test * config.n_train == 6 * 10**6
+    assert r":math:`6 \times 10^6` pairs" in doc
+    assert "entries (input pairs) per second" in doc
+    # the finite CNN: 3 x 3 convolutions (1 -> C, then C -> C), forward and backward
+    per_image = 6 * 28 * 28 * 9 * (config.cnn_width + (config.depth - 1) * config.cnn_width**2)
+    assert f":math:`{per_image / 1e9:.1f} \\times 10^9` flops per image and step" in doc
+    total = per_image * config.n_train * config.cnn_steps
+    assert f":math:`{total / 1e16:.1f} \\times 10^{{16}}` flops for {config.cnn_steps} steps" in doc
 
 
 def test_numpy_cntk_matches_the_library_kernel() -> None:

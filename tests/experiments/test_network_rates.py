@@ -547,3 +547,48 @@ def test_quadrature_risk_is_exact_for_trigonometric_predictors() -> None:
     angles, _ = circle_grid(128)
     got = nr._l2_risk(TrigPolynomial(h)(angles)[None], TrigPolynomial(f)(angles)[None])
     np.testing.assert_allclose(got[0], float(excess_risk_s1(h, f)), rtol=1e-12)
+
+
+# --- paper-scale cost ---------------------------------------------------------------------
+
+
+def _paper_example_steps(config: nr.NetworkRatesConfig, depth: int) -> tuple[int, int]:
+    """Training examples times steps of the paper grid at ``depth`` (GD, SGD and the sweep's
+    arms: each arm runs to the GD flow time at its own step), and GD's steps at the largest n."""
+    from ntklab.data import source_condition_target
+    from ntklab.dynamics import early_stopping_time
+
+    arch = nr.smooth_mlp(depth, config.activation, config.w_std, config.b_std)
+    with torch.no_grad():
+        mu = circle_eigenvalues(profile_from_architecture(arch, 2, "ntk"), config.n_frequencies)
+    gamma = source_condition_target(mu, config.beta, generator=torch.Generator()).gamma
+    kappa_one = float(mu[0] + 2.0 * mu[1:].sum())
+    total = last = 0
+    for n in config.sizes:
+        lr = config.lr_fraction * 2.0 / kappa_one  # half the critical 2 n / (n kappa(1))
+        last = steps = max(1, round(early_stopping_time(n, config.beta, gamma) / lr))
+        sgd_lr = config.sgd_lr_factor * lr
+        total += config.n_seeds * steps * n
+        total += config.n_seeds * round(steps * lr / sgd_lr) * min(config.sgd_batch, n)
+        for batch, factor in nr.sweep_arms(config):
+            if (batch, factor) != (config.sgd_batch, 1.0):
+                arm_steps = round(steps * lr / (factor * sgd_lr))
+                total += config.sweep_seeds * arm_steps * (n if batch == 0 else min(batch, n))
+    return total, last
+
+
+def test_docstring_paper_scale_counts_the_paper_grid() -> None:
+    """The module's paper-scale cost states the paper grid's example-steps and GD steps."""
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, nr.NetworkRatesConfig)
+    doc = " ".join((nr.__doc__ or "").split())
+    assert "Paper scale (width 4096, ``n`` from 64 to 4096, 20 seeds, 5 sweep seeds)" in doc
+    counts = {depth: _paper_example_steps(config, depth) for depth in config.depths}
+    assert f"{counts[2][1]} (depth 2) and {counts[3][1]} (depth 3) at :math:`n = 4096`" in doc
+    assert (
+        f"{counts[2][0] / 1e6:.1f} million example-steps at depth 2 and "
+        f"{counts[3][0] / 1e6:.1f} million at depth 3" in doc
+    )
+    # two halves of width W / 2: 2 (L - 1) (W / 2)^2 multiply-adds forward, twice that back
+    flops = sum(3 * (depth - 1) * config.width**2 * counts[depth][0] for depth in config.depths)
+    assert f"about :math:`{flops / 1e15:.1f} \\times 10^{{15}}` flops" in doc

@@ -22,7 +22,7 @@ from ntklab.experiments import (
     metrics_from_values,
     resolve_config,
 )
-from ntklab.experiments.label_alignment import load_images, network
+from ntklab.experiments.label_alignment import ImageData, NetName, load_images, network
 from ntklab.experiments.testing import run_tiny
 from ntklab.experiments.trace_bound import (
     FACTOR,
@@ -303,7 +303,9 @@ def test_fashion_mnist_subsets_are_class_balanced_and_recorded(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("name", "init"), [("mlp", "zero"), ("cnn", "random")])
-def test_tiny_run_ntk_trace_matches_gradient_norms(tiny: RunResult, name: str, init: str) -> None:
+def test_tiny_run_ntk_trace_matches_gradient_norms(
+    tiny: RunResult, name: NetName, init: str
+) -> None:
     """tr(Theta) = sum over images i and outputs a of |d f_a(x_i) / d theta|^2, by autograd."""
     config = TraceBoundConfig.model_validate(tiny.config)
     ctx = RunContext(out_dir=Path("."), seed=config.seed)
@@ -368,3 +370,36 @@ def test_experiment_is_registered_with_three_scales() -> None:
     assert exp.claim_id == "D2"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
     assert exp.measure is not None
+
+
+# --- paper-scale cost ---------------------------------------------------------------------
+
+
+def test_docstring_paper_scale_counts_the_paper_networks() -> None:
+    """The module's paper-scale cost states the paper CNN's parameters and flops per step."""
+    import ntklab.experiments.trace_bound as module
+
+    config = resolve_config(get_experiment(NAME), "paper", {})
+    assert isinstance(config, TraceBoundConfig)
+    doc = " ".join((module.__doc__ or "").split())
+    assert "Paper scale (1000 Fashion-MNIST images of 28 x 28, MLP width 2048, CNN 128" in doc
+    x = torch.zeros(1, 1, 28, 28)
+    label = torch.zeros(1, dtype=torch.long)
+    data = ImageData(x, label, torch.zeros(1, 10), 10, "blank", label, "one blank image")
+    net = network(
+        "cnn",
+        data,
+        depth=config.depth,
+        width=config.cnn_channels,
+        w_std=config.w_std,
+        b_std=config.b_std,
+        generator=torch.Generator().manual_seed(0),
+        dtype=torch.float32,
+        zero_output=True,
+    )
+    params = sum(p.numel() for p in net.parameters())
+    assert f"{params / 1e6:.1f} million CNN parameters from :math:`f_0 = 0`" in doc
+    # the C x C convolutions of both halves, forward and backward, on n_train images
+    flops = 2 * 6 * 28 * 28 * 9 * config.cnn_channels**2 * (config.depth - 1) * config.n_train
+    assert f":math:`{flops / 1e12:.1f} \\times 10^{{12}}` flops per step on {config.n_train}" in doc
+    assert f"{config.max_steps} steps" in doc

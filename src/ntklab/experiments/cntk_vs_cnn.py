@@ -32,11 +32,32 @@ dataset-fashion-mnist``): real 28 x 28 grayscale images of 10 classes on which p
 positions can matter, though its accuracies are not comparable with the 77% reported on
 CIFAR-10 (``--set dataset=cifar10 cifar_root=PATH`` runs CIFAR-10 where a copy exists).
 Everything else of the paper scale is as before.
+
+Paper scale (depth 5, 2000 training and 1000 test images of 28 x 28, a width-128 CNN trained
+for 2000 steps) needs fast convolutional kernels and an accelerator; it does not fit in an
+hour on a 2-core CPU. The CNTK-GAP is the cost: with pooling, every pair of images carries
+the covariance of all :math:`784^2` pairs of positions through the five layers
+(:mod:`ntklab.kernels.spatial`: a zero-padded buffer, nine shifted additions per 3 x 3
+window, the ReLU's arccos, at every layer), where the flattened top needs only aligned
+positions. Measured on the project's 2-core x86_64 machine, shared with other work (load 5
+to 6), at depth 5 on 28 x 28 images: 2 to 6.6 CNTK-GAP entries (input pairs) per second on
+one thread, 3 per second on two, 0.15 to 0.5 s a pair; the CNTK-V about 900 pairs per
+second. The paper grid needs :math:`2000^2` training and :math:`1000 \times 2000` test
+entries, :math:`6 \times 10^6` pairs (:math:`4 \times 10^6` if the training kernel's
+symmetry were used): :math:`1.2 \times 10^6` s at 5 pairs per second, one to three weeks on
+both cores (blocks of ``max_memory_mb`` = 16384). The finite CNN adds :math:`2.8 \times
+10^9` flops per image and step, :math:`1.1 \times 10^{16}` flops for 2000 steps on 2000
+images, measured at 94 ms per image-step on one thread: about 105 hours on one thread, two
+days on both cores. Each run notes the CNTK-GAP's measured rate (``notes``). Arora et al.
+(2019) computed the CNTK with GPU kernels; here it needs a faster CNTK implementation and a
+device for the networks and kernels (the experiment runs on the CPU); ``ntklab reproduce
+--workers`` runs experiments side by side and does not split one.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -71,6 +92,7 @@ __all__ = [
     "cnn_architecture",
     "draw",
     "judge",
+    "kernel_cost_note",
     "kernel_regression_accuracy",
     "measure",
     "mlp_architecture",
@@ -225,6 +247,25 @@ def kernel_regression_accuracy(
     return float((pred == y_test).double().mean())
 
 
+def kernel_cost_note(costs: Mapping[str, tuple[int, float]]) -> str:
+    """The kernels' measured cost in words: entries (input pairs, training and test) and
+    seconds by kernel, with the rate in entries per second.
+
+    ``costs`` maps a kernel's name to ``(entries, seconds)``.
+
+    Examples
+    --------
+    >>> kernel_cost_note({"cntk_gap": (3200, 2.0)})
+    'kernel cost on this machine: cntk_gap 3200 entries (input pairs) in 2 s (1600.0 per s)'
+    """
+    parts = [
+        f"{name} {entries} entries (input pairs) in {seconds:.3g} s "
+        f"({entries / seconds if seconds > 0 else math.inf:.1f} per s)"
+        for name, (entries, seconds) in costs.items()
+    ]
+    return "kernel cost on this machine: " + "; ".join(parts)
+
+
 def _fashion_data(config: CntkVsCnnConfig, ctx: RunContext) -> tuple[tuple[Tensor, ...], str]:
     """Class-balanced subsets of Fashion-MNIST's training and test splits (streams "data" and
     "data-test"), with the positions drawn in each split, and their description."""
@@ -344,13 +385,16 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
         "cntk_flatten": cnn_architecture(config.depth, config.w_std, config.b_std, pool=False),
         "mlp_ntk": mlp_architecture(config.depth, config.w_std, config.b_std),
     }
+    costs: dict[str, tuple[int, float]] = {}
     for i, (name, arch) in enumerate(models.items()):
         a, b = x_train.to(kdtype), x_test.to(kdtype)
         if name == "mlp_ntk":
             a, b = a.flatten(1), b.flatten(1)
+        start = time.perf_counter()
         with torch.no_grad():
             k_train = arch.kernel(a, max_memory=budget).ntk
             k_test = arch.kernel(b, a, max_memory=budget).ntk
+        costs[name] = (k_train.numel() + k_test.numel(), time.perf_counter() - start)
         kernels_train[name], kernels_test[name] = k_train, k_test
         predictions[name] = _kernel_regression_predictions(
             k_train, k_test, y_train, classes, config.ridge
@@ -405,7 +449,7 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
     return Measurement(
         metrics=metrics,
         arrays=arrays,
-        notes=(f"models: {', '.join(MODELS)}",),
+        notes=(f"models: {', '.join(MODELS)}", kernel_cost_note(costs)),
         dataset=source,
     )
 

@@ -43,6 +43,26 @@ Data, computation, measurement, verdict, figure:
    ``n`` and its slope are metrics; ``sgd_noise_explains`` is 1 when the small-noise arms
    meet the claim's criterion and SGD's failure shrinks as the step halves
    (:func:`sweep_case`); ratio against step in a second figure.
+
+Paper scale (width 4096, ``n`` from 64 to 4096, 20 seeds, 5 sweep seeds) does not fit in an
+hour on a 2-core CPU. The time is the networks' training: kernel GD is in closed form on
+:math:`2K+1` Fourier features and costs nothing in comparison. One training step on one
+example costs about :math:`3 (L-1) W^2` flops (forward and backward through the
+:math:`L-1` hidden layers of the two halves, :math:`W/2 \\times W/2` each); GD takes
+:math:`\\tau/\\eta = \\kappa(1)\\, n^{1/(2\\beta+\\gamma)}` steps (:math:`\\eta = 1/\\kappa(1)`),
+166 (depth 2) and 228 (depth 3) at :math:`n = 4096`, and the sweep's arms 2 to 8 times as
+many. Over the paper grid that is 34.1 million example-steps at depth 2 and 46.9 million at
+depth 3 (GD 21.2 and 29.1, SGD 0.7 and 0.9, the sweep 12.3 and 16.9, mostly its full-batch
+arm), about :math:`6.4 \\times 10^{15}` flops. Measured on the project's 2-core x86_64
+machine, one thread, while other work shared it (load 5 to 6), per example-step at width
+4096: full-batch GD of the seed ensemble 2.4 ms (depth 2) and 2.9 ms (depth 3), SGD at batch
+32 6.4 and 7.7 ms: about :math:`2.5 \\times 10^5` s on one thread, 1.5 days on both cores;
+at the dense float32 rate of an idle core (about 60 GFLOP/s, measured on 4096-wide
+products) the flops alone take 15 hours on both (the quick scale takes 6 minutes). Memory is
+not the limit (a few GB: 20 networks of up to 17 million parameters). It needs an
+accelerator: :math:`6.4 \\times 10^{15}` flops are minutes at a data-center GPU's float32
+throughput, once the networks and data are placed on a device (the experiment runs on the
+CPU); ``ntklab reproduce --workers`` runs experiments side by side and does not split one.
 """
 
 from __future__ import annotations
