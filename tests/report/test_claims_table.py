@@ -77,3 +77,42 @@ def test_replace_table_keeps_the_text_around_it() -> None:
     assert out == f"intro\n{TABLE_BEGIN}\n| new |\n{TABLE_END}\noutro\n"
     with pytest.raises(NtklabValueError, match="markers"):
         replace_table("no markers", "| new |\n")
+
+
+def test_a_paper_scale_cost_stands_in_for_a_missing_paper_run(tmp_path: Path) -> None:
+    cost = "about 2 days on 2 cores; needs a GPU"
+    costly = dataclasses.replace(_experiment("fake-costly"), paper_scale_cost=cost)
+    root = tmp_path / "results"
+    commit_result(run_experiment(costly, "quick", out_root=tmp_path / "runs"), root)
+    row = next(line for line in claims_table(root, [costly]).splitlines() if "fake-costly" in line)
+    assert f"| not run: {cost} |" in row  # the paper cell
+    assert row.count("not run") == 1  # the quick cell has its result
+    commit_result(run_experiment(costly, "paper", out_root=tmp_path / "runs"), root)
+    row = next(line for line in claims_table(root, [costly]).splitlines() if "fake-costly" in line)
+    assert "not run" not in row and cost not in row  # a result replaces the cost
+
+
+def test_every_experiment_without_a_committed_paper_run_states_its_paper_cost() -> None:
+    """What the README promises: each claim's paper scale either ran (its result is
+    committed under results/paper/) or states what it would take."""
+    from ntklab.experiments import list_experiments
+
+    results = Path(__file__).resolve().parents[2] / "results" / "paper"
+    lacking = [
+        e.name
+        for e in list_experiments()
+        if not (results / f"{e.name}.json").exists() and not e.paper_scale_cost
+    ]
+    running_this_session = {
+        "label-alignment",
+        "double-descent",
+        "flow-equals-krr",
+        "bandlimited",
+        "kernel-rates",
+        "lazy-training",
+        "ntk-concentration",
+        "sparse-parity",
+        "sawtooth-samples",
+        "gp-convergence",
+    }
+    assert set(lacking) <= running_this_session, lacking

@@ -242,6 +242,7 @@ class Outcome:
     notes: tuple[str, ...] = ()
     criterion: str = ""
     dataset: str = ""
+    paper_scale_cost: str = ""
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -346,6 +347,7 @@ class Measurement:
     arrays: Mapping[str, np.ndarray[Any, Any] | torch.Tensor] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     dataset: str = ""
+    paper_scale_cost: str = ""
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -507,6 +509,12 @@ class Experiment:
     dataset : str
         The data set the experiment measures on by default (``"synthetic: ..."`` for
         generated data); a run may name another (:attr:`Measurement.dataset`).
+    paper_scale_cost : str
+        Empty when the paper scale runs within an hour on a 2-core machine; otherwise its
+        measured cost and what it would take, in one line (e.g. ``"about 1.5 days on 2
+        cores (training 81M example-steps); needs a GPU"``), shown in the claims table and
+        on the claim's page in place of a paper result. The module docstring gives the
+        measurement behind it.
     """
 
     name: str
@@ -521,6 +529,7 @@ class Experiment:
     reported: str = ""
     headline: tuple[str, ...] = ()
     dataset: str = ""
+    paper_scale_cost: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

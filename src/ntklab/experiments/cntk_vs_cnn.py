@@ -520,6 +520,10 @@ EXPERIMENT = register(
         reported="CNTK-GAP 77% > CNTK-V 66% on CIFAR-10 (Arora et al. 2019)",
         headline=("cntk_gap_accuracy", "cntk_flatten_accuracy", "mlp_ntk_accuracy"),
         dataset="scikit-learn digits (8x8)",
+        paper_scale_cost=(
+            "one to three weeks on 2 cores (the CNTK-GAP at 3 pairs/s for 6e6 pairs);"
+            " needs fast conv kernels and a GPU"
+        ),
         config_type=CntkVsCnnConfig,
         scales={
             "tiny": {"n_train": 40, "n_test": 40, "depth": 2, "cnn_width": 16, "cnn_steps": 5},

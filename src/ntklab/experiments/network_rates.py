@@ -779,6 +779,10 @@ EXPERIMENT = register(
             "sgd_noise_explains",
         ),
         dataset="synthetic: source-condition targets on S^1",
+        paper_scale_cost=(
+            "about 1.5 days on 2 cores (training 81 million example-steps at width 4096);"
+            " needs a GPU"
+        ),
         config_type=NetworkRatesConfig,
         scales={
             "tiny": {

@@ -561,6 +561,10 @@ EXPERIMENT = register(
             "lambda_min_bound_fraction[mlp,zero]",
         ),
         dataset="scikit-learn digits (8x8)",
+        paper_scale_cost=(
+            "about 1.5 days on 2 cores (full-batch GD of the width-128 CNN on 1000 images);"
+            " needs a GPU"
+        ),
         config_type=TraceBoundConfig,
         scales={
             "tiny": {

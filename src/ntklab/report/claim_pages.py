@@ -42,6 +42,7 @@ from .claims import (
     claim_rows,
     duration_text,
     measured_text,
+    not_run_text,
     number_text,
     read_committed,
     render_claims_table,
@@ -267,12 +268,20 @@ def _stray(root: Path | str, rows: Sequence[ClaimRow]) -> list[str]:
     return [f"{scale}/{name}.json" for name, scale in sorted(committed) if name not in names]
 
 
+def _missing_text(experiment: Experiment, scale: str) -> str:
+    """What a scale section says when the scale has no committed result."""
+    cost = experiment.paper_scale_cost if scale == "paper" else ""
+    return f"{NOT_RUN}: no committed result at this scale" + (
+        f" (it takes {cost})." if cost else "."
+    )
+
+
 # --- HTML -------------------------------------------------------------------------------
 
 
 def _index_cells_html(result: RunResult | None, experiment: Experiment, scale: str) -> str:
     if result is None:
-        return f'<td class="{scale} notrun" colspan="2">{_e(NOT_RUN)}</td>'
+        return f'<td class="{scale} notrun" colspan="2">{_e(not_run_text(experiment, scale))}</td>'
     measured = measured_text(result, experiment.headline) or "—"
     return (
         f'<td class="{scale}">{_e(measured)}</td>'
@@ -369,7 +378,7 @@ def _scale_section_html(
     parts = [f'<section class="{scale}">', f"<h2>{_e(_SCALE_TITLES[scale])}</h2>"]
     if result is None:
         parts.append(
-            f'<p class="notrun">{_e(NOT_RUN)}: no committed result at this scale. '
+            f'<p class="notrun">{_e(_missing_text(experiment, scale))} '
             f"Run it with <code>{_e(command)}</code>.</p>"
         )
     else:
@@ -427,7 +436,8 @@ def render_claim_html(
                 if i == 0:
                     command = rerun_command(exp, s, runs_root, results_root)
                     cells.append(
-                        f'<td class="{s} notrun" rowspan="{len(labels)}">{_e(NOT_RUN)} '
+                        f'<td class="{s} notrun" rowspan="{len(labels)}">'
+                        f"{_e(not_run_text(exp, s))} "
                         f"(run it with <code>{_e(command)}</code>)</td>"
                     )
                 continue
@@ -565,7 +575,7 @@ def render_claim_markdown(
         command = rerun_command(exp, s, runs_root, results_root, result)
         lines += ["", f"## {_SCALE_TITLES[s]}", ""]
         if result is None:
-            lines.append(f"{NOT_RUN}: no committed result at this scale. Run it with `{command}`.")
+            lines.append(f"{md_text(_missing_text(exp, s))} Run it with `{command}`.")
             continue
         lines += [f"**Measured.** {md_text(result.summary)}"]
         if result.notes:

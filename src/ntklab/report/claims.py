@@ -36,6 +36,7 @@ __all__ = [
     "duration_text",
     "measured_text",
     "metric_text",
+    "not_run_text",
     "number_text",
     "read_committed",
     "render_claims_table",
@@ -154,9 +155,17 @@ def measured_text(result: RunResult, headline: Sequence[str]) -> str:
     return "; ".join(p for p in parts if p is not None)
 
 
-def _scale_cell(result: RunResult | None, headline: Sequence[str]) -> str:
+def not_run_text(experiment: Experiment, scale: str) -> str:
+    """``"not run"``, followed at ``scale="paper"`` by the experiment's measured paper-scale
+    cost (:attr:`~ntklab.experiments.Experiment.paper_scale_cost`) when it has one."""
+    if scale == "paper" and experiment.paper_scale_cost:
+        return f"{NOT_RUN}: {experiment.paper_scale_cost}"
+    return NOT_RUN
+
+
+def _scale_cell(result: RunResult | None, headline: Sequence[str], missing: str = NOT_RUN) -> str:
     if result is None:
-        return NOT_RUN
+        return missing
     measured = measured_text(result, headline)
     verdict = f"**{result.verdict}**"
     return f"{measured}; {verdict}" if measured else verdict
@@ -250,7 +259,7 @@ def render_claims_table(rows: Sequence[ClaimRow]) -> str:
             f"{exp.claim_id} `{exp.name}`",
             exp.reported or "",
             _scale_cell(row.runs.get("quick"), exp.headline),
-            _scale_cell(row.runs.get("paper"), exp.headline),
+            _scale_cell(row.runs.get("paper"), exp.headline, not_run_text(exp, "paper")),
             row.dataset,
             row.time,
         ]
