@@ -1,6 +1,7 @@
 """A3 ``sawtooth-samples``: its judge on both sides of its thresholds, its config's errors,
-its tiny run's metrics recomputed from the stored arrays and by a dense ridge regression, and
-its helpers."""
+its tiny run's metrics recomputed from the stored arrays and by a dense ridge regression, its
+band-reduction ridge selection against explicit solves and eigendecompositions, and its
+helpers."""
 
 from __future__ import annotations
 
@@ -9,18 +10,23 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy import linalg as sla
 from scipy import stats
 
+import ntklab.experiments.sawtooth_samples as sawtooth
 from ntklab.data import TentMapS1, uniform_circle
-from ntklab.errors import NtklabValueError
+from ntklab.dynamics import select_ridge_validation
+from ntklab.errors import NtklabValueError, NumericalWarning
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.result import RunResult
 from ntklab.experiments.sawtooth_samples import (
     GROWTH_RANGE,
     SawtoothSamplesConfig,
+    band_form,
     geometric_grid,
     judge,
     samples_needed,
+    select_ridge_banded,
 )
 from ntklab.experiments.spectrum_s1 import relu_network
 from ntklab.experiments.testing import run_tiny
@@ -51,7 +57,7 @@ JUDGE_CASES = [
     ("growth", "passed"), [c[1:] for c in JUDGE_CASES], ids=[c[0] for c in JUDGE_CASES]
 )
 def test_judge_thresholds(growth: float, passed: bool) -> None:
-    values = {
+    values: dict[str, float | tuple[float, float, float]] = {
         "samples_growth_per_level": (growth, growth * 0.9, growth * 1.1),
         "n_star[L=1]": 16.0,
         "n_star[L=2]": 32.0,
@@ -226,3 +232,127 @@ def test_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert exp.claim_id == "A3"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the band reduction and the ridge selection through it
+
+
+def _relu_ntk_on_circle(n: int, seed: int) -> torch.Tensor:
+    _, x = uniform_circle(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    with torch.no_grad():
+        return relu_network(2, math.sqrt(2.0), 0.1).kernel(x, x).ntk
+
+
+def _dense_band(band: torch.Tensor) -> torch.Tensor:
+    """The symmetric matrix of a lower band storage."""
+    n = band.shape[1]
+    b = torch.zeros(n, n, dtype=band.dtype)
+    for i in range(band.shape[0]):
+        b += torch.diag(band[i, : n - i], -i)
+        if i:
+            b += torch.diag(band[i, : n - i], i)
+    return b
+
+
+@pytest.mark.parametrize(("n", "bandwidth"), [(40, 3), (37, 8), (12, 16), (5, 1), (1, 4)])
+def test_band_form_reconstructs_the_matrix(n: int, bandwidth: int) -> None:
+    """Q B Q^T = K, Q^T Q = I, B zero outside the band (by construction of the storage) and
+    with K's eigenvalues (scipy's eigvalsh), for panels that fit, do not fit and partly fit."""
+    gen = torch.Generator().manual_seed(n)
+    a = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    k = a + a.T
+    form = band_form(k, bandwidth)
+    assert form.band.shape == (min(bandwidth, max(n - 1, 0)) + 1, n)
+    eye = torch.eye(n, dtype=torch.float64)
+    q = form.apply_q(eye)
+    torch.testing.assert_close(form.apply_q(eye, transpose=True), q.T, rtol=0, atol=1e-13)
+    torch.testing.assert_close(q.T @ q, eye, rtol=0, atol=1e-13)
+    b = _dense_band(form.band)
+    torch.testing.assert_close(q @ b @ q.T, k, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(b.numpy()), sla.eigvalsh(k.numpy()), rtol=0, atol=1e-12
+    )
+
+
+def test_select_ridge_banded_against_explicit_solves() -> None:
+    """Every candidate's validation MSE, the chosen ridge per column and the dual
+    coefficients, against an explicit LU solve per ridge (numpy), on a ReLU NTK on the circle
+    (200 fit points, bandwidth 16: 11 panels) with three target columns; and the same choice
+    and MSEs as the eigendecomposition of select_ridge_validation."""
+    k = _relu_ntk_on_circle(260, 3)
+    gen = torch.Generator().manual_seed(4)
+    y = torch.randn(260, 3, generator=gen, dtype=torch.float64)
+    y[:, 0] += torch.cos(torch.arange(260, dtype=torch.float64))
+    fit, val = slice(0, 200), slice(200, 260)
+    scale = float(k.diagonal().mean())
+    ridges = scale * torch.tensor([1e-6, 1e-4, 1e-2, 1.0, 1e2], dtype=torch.float64)
+    sel = select_ridge_banded(k[fit, fit], y[fit], k[val, fit], y[val], ridges, bandwidth=16)
+    kf, kv, yf, yv = k[fit, fit].numpy(), k[val, fit].numpy(), y[fit].numpy(), y[val].numpy()
+    mse = np.empty((5, 3))
+    alphas = []
+    for i, rho in enumerate(ridges.tolist()):
+        alpha = np.linalg.solve(kf + rho * np.eye(200), yf)
+        alphas.append(alpha)
+        mse[i] = np.mean((kv @ alpha - yv) ** 2, axis=0)
+    np.testing.assert_allclose(sel.validation_mse.numpy(), mse, rtol=1e-8)
+    best = np.argmin(mse, axis=0)
+    np.testing.assert_array_equal(sel.ridge.numpy(), ridges.numpy()[best])
+    for j in range(3):
+        np.testing.assert_allclose(sel.alpha[:, j].numpy(), alphas[best[j]][:, j], rtol=1e-7)
+    ref = select_ridge_validation(k[fit, fit], y[fit], k[val, fit], y[val], ridges)
+    torch.testing.assert_close(sel.ridge, ref.ridge, rtol=0, atol=0)
+    torch.testing.assert_close(sel.validation_mse, ref.validation_mse, rtol=1e-8, atol=0)
+
+
+def test_select_ridge_banded_clamps_an_indefinite_matrix() -> None:
+    """A kernel with an eigenvalue -1e-3 (beyond rounding) and a ridge 1e-6: B + rho I is
+    indefinite; the fallback warns and solves with that eigenvalue clamped to 0, as
+    select_ridge_validation's psd_eigh does (a dense eigendecomposition computed here)."""
+    gen = torch.Generator().manual_seed(5)
+    q, _ = torch.linalg.qr(torch.randn(24, 24, generator=gen, dtype=torch.float64))
+    values = torch.linspace(0.0, 2.0, 24, dtype=torch.float64)
+    values[3] = -1e-3
+    k = q @ torch.diag(values) @ q.T
+    k_val = torch.randn(6, 24, generator=gen, dtype=torch.float64)
+    y = torch.randn(30, 1, generator=gen, dtype=torch.float64)
+    with pytest.warns(NumericalWarning, match="clamped 1 negative"):
+        sel = select_ridge_banded(k, y[:24], k_val, y[24:], [1e-6], bandwidth=4)
+    vals, vecs = np.linalg.eigh(k.numpy())
+    assert vals[0] == pytest.approx(-1e-3)
+    alpha = vecs @ ((vecs.T @ y[:24].numpy()) / (np.maximum(vals, 0.0) + 1e-6)[:, None])
+    np.testing.assert_allclose(sel.alpha.numpy(), alpha, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("key", "kwargs"),
+    [
+        ("y_val", {"y_val": torch.zeros(5, 2, dtype=torch.float64)}),
+        ("ridges", {"ridges": [1.0, 0.0]}),
+        ("k_fit_fit", {"k_fit_fit": torch.zeros(6, 6, dtype=torch.float64)}),
+        ("y_fit", {"y_fit": torch.zeros(8, dtype=torch.float64)}),
+        ("bandwidth", {"bandwidth": 0}),
+    ],
+)
+def test_select_ridge_banded_errors_name_the_argument(key: str, kwargs: dict[str, object]) -> None:
+    args: dict[str, object] = {
+        "k_fit_fit": torch.eye(8, dtype=torch.float64),
+        "y_fit": torch.zeros(8, 1, dtype=torch.float64),
+        "k_val_fit": torch.zeros(5, 8, dtype=torch.float64),
+        "y_val": torch.zeros(5, 1, dtype=torch.float64),
+        "ridges": [1.0],
+    }
+    with pytest.raises(NtklabValueError, match=key):
+        select_ridge_banded(**(args | kwargs))  # type: ignore[arg-type]
+
+
+def test_kernel_rows_in_blocks_equal_the_whole_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NTK computed by blocks of rows (blocks of 3 rows here) and its diagonal, against
+    one call on all pairs."""
+    monkeypatch.setattr(sawtooth, "_KERNEL_BLOCK", 64)
+    _, x = uniform_circle(50, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    arch = relu_network(2, math.sqrt(2.0), 0.1)
+    with torch.no_grad():
+        full = arch.kernel(x, x).ntk
+    torch.testing.assert_close(sawtooth._ntk_rows(arch, x, x[:20]), full[:, :20])
+    torch.testing.assert_close(sawtooth._ntk_diagonal(arch, x), full.diagonal())

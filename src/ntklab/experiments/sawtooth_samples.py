@@ -14,10 +14,14 @@ Data, computation, measurement, verdict, figure:
 1. per seed, ``max(n_grid)`` uniform points of the circle (nested: the first ``n`` are the
    sample of size ``n``), noise of sd ``noise_sd``, and ``n_test`` test points; labels
    :class:`~ntklab.data.TentMapS1` for every ``L`` at once;
-2. the ReLU NTK of ``depth x [Dense, Relu] + Dense`` on those points, computed once;
+2. the ReLU NTK of ``depth x [Dense, Relu] + Dense`` on those points, computed once (in
+   blocks of rows, against the largest fit set only);
 3. for each ``n``: the first ``n - max(1, round(validation_fraction n))`` points fit, the
-   others choose the ridge (:func:`~ntklab.dynamics.model_selection.select_ridge_validation`,
-   per ``L``, one eigendecomposition for all ``L`` and ridges); test MSE
+   others choose the ridge, per ``L``, by their mean squared error
+   (:func:`select_ridge_banded`: the selection of
+   :func:`~ntklab.dynamics.model_selection.select_ridge_validation`, with one orthogonal
+   reduction of the fit kernel to a band matrix for all ``L`` and ridges instead of an
+   eigendecomposition, several times cheaper); test MSE
    :math:`= E(\\hat f - s_L)^2 + \\sigma^2`, the expected squared error on a fresh noisy label;
 4. the test MSE is averaged over seeds; :math:`n^\\star(L)` is the smallest grid ``n`` whose
    mean test MSE is :math:`\\le \\sigma^2 + 0.1\\,\\mathrm{Var}(s_L)`; the growth factor per
@@ -27,24 +31,35 @@ Data, computation, measurement, verdict, figure:
 
 :func:`measure` computes 1-4, :func:`judge` applies the criterion (:data:`GROWTH_RANGE`),
 :func:`draw` plots the stored arrays.
+
+Cost: the band reductions, :math:`2 n_{fit}^3` flops per grid size, dominate. One seed of the
+paper scale (``n`` up to 16384, fit sets up to 12288, 23 sizes) took 150-160 CPU-seconds on one
+AMD EPYC core (the eigendecompositions it replaces cost about six times more), so its 20
+seeds take about 55 CPU-minutes, about half an hour on two dedicated cores; the kernel
+against the largest fit set, its test rows and one fit kernel in reduction peak at 4.6 GB.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
+import scipy.linalg
 import torch
 from matplotlib.figure import Figure
 from pydantic import Field, model_validator
+from torch import Tensor
 
+from .. import kernels as nk
 from ..analysis import fit_exponential_rate
 from ..data import TentMapS1, uniform_circle
-from ..dynamics import select_ridge_validation
-from ..errors import NtklabValueError
+from ..dynamics import ValidationRidgeSelection
+from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ..nets import parameter_count, tent_network
 from . import (
     Count,
@@ -61,13 +76,17 @@ from . import (
 from .spectrum_s1 import relu_network
 
 __all__ = [
+    "BANDWIDTH",
     "GROWTH_RANGE",
+    "BandForm",
     "SawtoothSamplesConfig",
+    "band_form",
     "draw",
     "geometric_grid",
     "judge",
     "measure",
     "samples_needed",
+    "select_ridge_banded",
 ]
 
 #: Accepted growth factor per level of the samples needed (2: one sample per oscillation).
@@ -76,6 +95,11 @@ GROWTH_RANGE = (1.6, 2.6)
 VARIANCE_FRACTION = 0.1
 #: Levels the growth fit needs.
 MIN_FIT_LEVELS = 3
+
+#: Bandwidth of the reduction of each fit kernel (columns per Householder panel).
+BANDWIDTH = 128
+#: Kernel entries computed per block of rows.
+_KERNEL_BLOCK = 1 << 23
 
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -185,6 +209,269 @@ def _fit_size(n: int, validation_fraction: float) -> int:
     return n - max(1, round(validation_fraction * n))
 
 
+@dataclass(frozen=True)
+class BandForm:
+    r"""A symmetric matrix reduced to a band: :math:`K = Q B Q^\top`, ``Q`` orthogonal.
+
+    .. math::
+
+        Q = P_1 P_2 \cdots P_p, \qquad P_i = I - V_i T_i V_i^\top \text{ on rows }
+        s_i, s_i + 1, \dots, n - 1,
+
+    each :math:`P_i` the block reflector (compact WY form, Schreiber & Van Loan, 1989, "A
+    storage-efficient WY representation for products of Householder transformations") of one
+    panel's QR factorization.
+
+    Attributes
+    ----------
+    band : Tensor of shape (b + 1, n)
+        Lower band storage of ``B``, ``band[i, j] = B[j + i, j]`` (zero past the end): the
+        layout of :func:`scipy.linalg.solveh_banded`; ``b`` is the bandwidth (``B[i, j] = 0``
+        for ``|i - j| > b``).
+    reflectors : tuple of (int, Tensor of shape (n - s, w), Tensor of shape (w, w))
+        ``(s_i, V_i, T_i)`` in the order of the product; ``V_i`` unit lower trapezoidal,
+        ``T_i`` upper triangular.
+    """
+
+    band: Tensor
+    reflectors: tuple[tuple[int, Tensor, Tensor], ...]
+
+    def apply_q(self, c: Tensor, *, transpose: bool = False) -> Tensor:
+        """:math:`Q C` (or :math:`Q^\\top C` with ``transpose``), a new tensor.
+
+        Parameters
+        ----------
+        c : Tensor of shape (n, m)
+
+        Returns
+        -------
+        Tensor of shape (n, m)
+        """
+        out = c.clone()
+        order = self.reflectors if transpose else tuple(reversed(self.reflectors))
+        for start, v, t in order:
+            rows = out[start:]  # shape: (n - s, m)
+            rows.sub_(v @ ((t.T if transpose else t) @ (v.T @ rows)))
+        return out
+
+
+def band_form(k: Tensor, bandwidth: int = BANDWIDTH) -> BandForm:
+    r"""Orthogonal reduction of a symmetric matrix to a band matrix of bandwidth ``b``.
+
+    Panels of ``b`` columns, left to right: the QR factorization of the panel below the band,
+    :math:`A_{s:, j:s} = (I - V T V^\top) R` with :math:`s = j + b`, leaves :math:`R` (upper
+    triangular) in the band, and the trailing block is updated from both sides,
+
+    .. math::
+
+        A_{s:, s:} \leftarrow (I - V T V^\top)^\top A_{s:, s:} (I - V T V^\top)
+        = A_{s:, s:} - V W^\top - W V^\top, \quad
+        W = X - \tfrac12 V T^\top V^\top X, \quad X = A_{s:, s:} V T,
+
+    the first stage of two-stage tridiagonalization (Bischof, Lang & Sun, 2000, "A framework
+    for symmetric band reduction"): :math:`2 n^3` flops, all in matrix products, against
+    :math:`\frac43 n^3` half in matrix-vector products for a tridiagonal reduction and about
+    :math:`9 n^3` for an eigendecomposition with vectors. Backward stable like them.
+
+    Parameters
+    ----------
+    k : Tensor of shape (n, n)
+        Symmetric (both triangles are read); float64 recommended.
+    bandwidth : int
+        ``b >= 1``.
+
+    Returns
+    -------
+    BandForm
+        ``band`` of shape ``(min(b, n - 1) + 1, n)``.
+
+    Examples
+    --------
+    >>> a = torch.randn(9, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> f = band_form(a + a.T, 2)
+    >>> f.band.shape
+    torch.Size([3, 9])
+    """
+    if not isinstance(k, Tensor):
+        raise NtklabTypeError(f"k: expected a torch.Tensor, got {type(k).__name__}")
+    if k.ndim != 2 or k.shape[0] != k.shape[1] or k.shape[0] == 0:
+        raise NtklabValueError(f"k: expected a non-empty square matrix, got shape {tuple(k.shape)}")
+    return _band_form_in_place(k.clone(), _check_bandwidth(bandwidth))
+
+
+def _check_bandwidth(bandwidth: object) -> int:
+    if isinstance(bandwidth, bool) or not isinstance(bandwidth, int) or bandwidth < 1:
+        raise NtklabValueError(f"bandwidth: expected an int >= 1, got {bandwidth!r}")
+    return bandwidth
+
+
+def _band_form_in_place(a: Tensor, bandwidth: int) -> BandForm:
+    """:func:`band_form`, overwriting ``a``."""
+    n = int(a.shape[0])
+    b = min(bandwidth, n - 1)
+    reflectors: list[tuple[int, Tensor, Tensor]] = []
+    start = 0
+    while start + b < n - 1:  # rows below the band: at least two, else nothing to reduce
+        s = start + b
+        qr, tau = torch.geqrf(a[s:, start:s])
+        w = int(tau.shape[0])
+        v = torch.tril(qr[:, :w], -1)
+        v.diagonal().fill_(1.0)
+        t = _block_reflector(v, tau)
+        trailing = a[s:, s:]
+        # shape: (n - s, w); V^T A is the faster product, A symmetric
+        x = (v.T @ trailing).T @ t
+        wm = x - 0.5 * (v @ (t.T @ (v.T @ x)))
+        trailing.addmm_(torch.cat((v, wm), dim=1), torch.cat((wm, v), dim=1).T, alpha=-1.0)
+        a[s:, start:s] = torch.triu(qr)
+        reflectors.append((s, v, t))
+        start = s
+    band = a.new_zeros((b + 1, n))
+    for i in range(b + 1):
+        band[i, : n - i] = a.diagonal(-i)
+    return BandForm(band, tuple(reflectors))
+
+
+def _block_reflector(v: Tensor, tau: Tensor) -> Tensor:
+    """``T`` with ``H_1 ... H_w = I - V T V^T``, ``H_i = I - tau_i v_i v_i^T`` (LAPACK's
+    ``dlarft``, forward, columnwise)."""
+    w = int(tau.shape[0])
+    g = v.T @ v  # shape: (w, w)
+    t = torch.zeros((w, w), dtype=v.dtype, device=v.device)
+    for i in range(w):
+        t[i, i] = tau[i]
+        if i:
+            t[:i, i] = -tau[i] * (t[:i, :i] @ g[:i, i])
+    return t
+
+
+def _shifted_band_solve(band: np.ndarray, ridge: float, rhs: np.ndarray) -> np.ndarray:
+    """:math:`(B + \\rho I)^{-1} C` by a banded Cholesky factorization; where rounding has
+    left ``B + rho I`` indefinite, by the eigendecomposition of ``B`` with its negative
+    eigenvalues clamped to 0 (as :func:`ntklab.solvers.dense.psd_eigh`)."""
+    shifted = band.copy()
+    shifted[0] += ridge
+    try:
+        out: np.ndarray = scipy.linalg.solveh_banded(shifted, rhs, lower=True, check_finite=False)
+        return out
+    except np.linalg.LinAlgError:
+        values, vectors = scipy.linalg.eig_banded(band, lower=True, check_finite=False)
+        warnings.warn(
+            f"band + ridge {ridge:.3g} I is not positive definite after rounding; clamped "
+            f"{int((values < 0).sum())} negative eigenvalue(s) to 0, the most negative "
+            f"{values.min():.3g}",
+            NumericalWarning,
+            stacklevel=3,
+        )
+        clamped: np.ndarray = vectors @ (
+            (vectors.T @ rhs) / (np.maximum(values, 0.0) + ridge)[:, None]
+        )
+        return clamped
+
+
+def select_ridge_banded(
+    k_fit_fit: Tensor,
+    y_fit: Tensor,
+    k_val_fit: Tensor,
+    y_val: Tensor,
+    ridges: Sequence[float] | Tensor,
+    *,
+    bandwidth: int = BANDWIDTH,
+) -> ValidationRidgeSelection:
+    r"""The ridge selection of :func:`~ntklab.dynamics.model_selection.select_ridge_validation`
+    through a band reduction of the fit kernel instead of its eigendecomposition.
+
+    With :math:`K_{ff} = Q B Q^\top` (:func:`band_form`), for every ridge :math:`\rho`,
+
+    .. math::
+
+        \alpha(\rho) = (K_{ff} + \rho I)^{-1} y_f = Q (B + \rho I)^{-1} Q^\top y_f ,
+        \qquad \hat y_v(\rho) = K_{vf}\, \alpha(\rho),
+
+    one banded Cholesky solve (:math:`O(n b^2)`) per ridge; the ridge with the smallest
+    validation mean squared error is kept per target column.
+
+    Parameters
+    ----------
+    k_fit_fit : Tensor of shape (n, n)
+        Symmetric PSD kernel on the fit points.
+    y_fit : Tensor of shape (n, k)
+    k_val_fit : Tensor of shape (n_val, n)
+    y_val : Tensor of shape (n_val, k)
+    ridges : sequence of float or Tensor of shape (R,)
+        Candidates, each > 0 (absolute).
+    bandwidth : int
+        Of the reduction (:func:`band_form`).
+
+    Returns
+    -------
+    ValidationRidgeSelection
+        ``ridge`` (k,), ``ridges`` (R,), ``validation_mse`` (R, k), ``alpha`` (n, k).
+
+    Examples
+    --------
+    >>> x = torch.linspace(-1, 1, 40, dtype=torch.float64)[:, None]
+    >>> k = torch.exp(-((x - x.T) ** 2) / 0.1)
+    >>> y = torch.sin(3 * x)
+    >>> sel = select_ridge_banded(k[::2, ::2], y[::2], k[1::2, ::2], y[1::2], [1e-6, 1e2])
+    >>> float(sel.ridge[0])
+    1e-06
+    """
+    tensors = {"k_fit_fit": k_fit_fit, "y_fit": y_fit, "k_val_fit": k_val_fit, "y_val": y_val}
+    for name, value in tensors.items():
+        if not isinstance(value, Tensor) or value.ndim != 2:
+            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise NtklabValueError(f"{name}: expected a 2-D torch.Tensor, got {got}")
+    n, cols = int(y_fit.shape[0]), int(y_fit.shape[1])
+    if tuple(k_fit_fit.shape) != (n, n) or k_val_fit.shape[1] != n:
+        raise NtklabValueError(
+            f"k_fit_fit, k_val_fit: expected shapes ({n}, {n}) and (n_val, {n}) for {n} fit "
+            f"points, got {tuple(k_fit_fit.shape)} and {tuple(k_val_fit.shape)}"
+        )
+    if tuple(y_val.shape) != (k_val_fit.shape[0], cols):
+        raise NtklabValueError(
+            f"y_val: expected shape ({k_val_fit.shape[0]}, {cols}), got {tuple(y_val.shape)}"
+        )
+    dtype = k_fit_fit.dtype
+    r = torch.as_tensor(ridges, dtype=dtype).reshape(-1)
+    bad = [v for v in r.tolist() if not (math.isfinite(v) and v > 0)]
+    if r.numel() == 0 or bad:
+        raise NtklabValueError(f"ridges: expected values > 0, got {r.tolist()}")
+    sym = torch.add(k_fit_fit, k_fit_fit.T).mul_(0.5)
+    form = _band_form_in_place(sym, _check_bandwidth(bandwidth))
+    z = form.apply_q(y_fit.to(dtype), transpose=True).numpy()  # shape: (n, k)
+    band = form.band.numpy()
+    w = np.stack([_shifted_band_solve(band, rho, z) for rho in r.tolist()], axis=1)
+    alphas = form.apply_q(torch.from_numpy(w.reshape(n, -1))).reshape(n, len(r), cols)
+    pred = (k_val_fit.to(dtype) @ alphas.reshape(n, -1)).reshape(-1, len(r), cols)
+    mse = (pred - y_val.to(dtype)[:, None, :]).square().mean(dim=0)  # shape: (R, k)
+    best = torch.argmin(mse, dim=0)  # shape: (k,)
+    alpha = alphas[:, best, torch.arange(cols)]  # shape: (n, k)
+    return ValidationRidgeSelection(r[best], r, mse, alpha)
+
+
+def _ntk_rows(arch: nk.Architecture, x1: Tensor, x2: Tensor) -> Tensor:
+    """The NTK between ``x1`` and ``x2``, computed in blocks of rows."""
+    out = x1.new_empty((x1.shape[0], x2.shape[0]))
+    rows = max(1, _KERNEL_BLOCK // max(1, int(x2.shape[0])))
+    with torch.no_grad():
+        for start in range(0, int(x1.shape[0]), rows):
+            out[start : start + rows] = arch.kernel(x1[start : start + rows], x2).ntk
+    return out
+
+
+def _ntk_diagonal(arch: nk.Architecture, x: Tensor) -> Tensor:
+    """The NTK's diagonal :math:`\\Theta(x_i, x_i)`, in blocks."""
+    rows = max(1, math.isqrt(_KERNEL_BLOCK))
+    with torch.no_grad():
+        return torch.cat(
+            [
+                arch.kernel(x[start : start + rows]).ntk.diagonal()
+                for start in range(0, int(x.shape[0]), rows)
+            ]
+        )
+
+
 def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
     """Test MSE of validated NTK ridge regression on the grid of ``n`` and ``L``, and n*."""
     dtype = torch.float64
@@ -203,17 +490,18 @@ def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
         noise = config.noise_sd * torch.randn(config.n_max, generator=gen, dtype=dtype)
         y = torch.stack([f(angles) for f in targets], dim=1) + noise[:, None]
         y_test = torch.stack([f(test_angles) for f in targets], dim=1)
-        with torch.no_grad():
-            k_all = arch.kernel(x, x).ntk
-            k_test = arch.kernel(x_test, x).ntk
-        scale = float(k_all.diagonal().mean())
+        # the fit sets are nested: the largest one's columns serve every n
+        fit_max = _fit_size(ns[-1], config.validation_fraction)
+        k_all = _ntk_rows(arch, x, x[:fit_max])  # shape: (n_max, fit_max)
+        k_test = _ntk_rows(arch, x_test, x[:fit_max])  # shape: (n_test, fit_max)
+        scale = float(_ntk_diagonal(arch, x).mean())
         ridges = scale * torch.tensor(config.ridges, dtype=dtype)
         for i, n in enumerate(ns):
             n_fit = _fit_size(n, config.validation_fraction)
-            sel = select_ridge_validation(
+            sel = select_ridge_banded(
                 k_all[:n_fit, :n_fit], y[:n_fit], k_all[n_fit:n, :n_fit], y[n_fit:n], ridges
             )
-            pred = sel.predict(k_test[:, :n_fit])
+            pred = k_test[:, :n_fit] @ sel.alpha
             mse[seed, i] = ((pred - y_test).square().mean(dim=0) + sigma2).numpy()
             ridges_chosen[seed, i] = (sel.ridge / scale).numpy()
         ctx.progress((seed + 1) / config.seeds, f"seed {seed}: n up to {ns[-1]}")
