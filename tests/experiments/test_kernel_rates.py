@@ -62,7 +62,7 @@ def test_predicted_slope_closed_form() -> None:
     ],
 )
 def test_judge_thresholds(s05: float, s1: float, gamma: float, passed: bool) -> None:
-    values = {
+    values: dict[str, float | tuple[float, float, float]] = {
         "gamma": gamma,
         "slope[beta=0.5]": (s05, s05 - 0.05, s05 + 0.05),
         "slope[beta=1]": (s1, s1 - 0.05, s1 + 0.05),
@@ -194,7 +194,9 @@ def _dense_flow_risks(
     freqs = np.arange(1, mu.shape[0])
 
     def kernel(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return mu[0] + 2.0 * np.cos((u[:, None] - v[None, :])[..., None] * freqs) @ mu[1:]
+        return np.asarray(
+            mu[0] + 2.0 * np.cos((u[:, None] - v[None, :])[..., None] * freqs) @ mu[1:]
+        )
 
     grid = 2.0 * np.pi * np.arange(4 * mu.shape[0]) / (4 * mu.shape[0])
     f_grid = f(torch.as_tensor(grid)).numpy()
@@ -247,3 +249,30 @@ def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment("kernel-rates")
     assert exp.claim_id == "B1"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
+
+
+def test_docstring_paper_scale_counts_the_paper_grid() -> None:
+    """The module's paper-scale cost states the paper grid's pairs, eigendecompositions,
+    Gram size, feature rows and multiply-adds."""
+    config = resolve_config(get_experiment("kernel-rates"), "paper", {})
+    assert isinstance(config, kr.KernelRatesConfig)
+    doc = " ".join((kr.__doc__ or "").split())
+    pairs = len(config.betas) * config.n_seeds
+    p = 2 * config.n_frequencies + 1  # Mercer features 1, cos ka, sin ka for k = 1..K
+    points = sum(config.sizes)  # one fresh sample per size
+    assert (
+        f"Paper scale (``K = {config.n_frequencies}``, four :math:`\\beta`, "
+        f"{config.n_seeds} seeds, ``n`` from :math:`2^7` to :math:`2^{{16}}`)" in doc
+    )
+    assert len(config.betas) == 4 and config.sizes == tuple(2**e for e in range(7, 17))
+    assert f"Each of the {pairs} (beta, seed) pairs" in doc
+    assert f"at the {len(config.sizes)} sizes" in doc
+    assert f"{pairs * len(config.sizes)} eigendecompositions of the {p} x {p} Gram" in doc
+    assert f"{pairs * points / 1e6:.1f} million feature rows of {p} entries" in doc
+    assert f"({points:,} points per pair)" in doc
+    assert f":math:`{pairs * points * p * p / 1e14:.1f} \\times 10^{{14}}` multiply-adds" in doc
+    assert f"the Gram matrix is {p * p * 8 / 1e6:.0f} MB" in doc
+    exp = get_experiment("kernel-rates")
+    assert f"{pairs * len(config.sizes)} eigendecompositions of a {p} x {p} Gram" in (
+        exp.paper_scale_cost
+    )

@@ -180,10 +180,12 @@ def ntk_test_mse(
     xd, xtd = x.double(), x_test.double()
     with torch.no_grad():
         k = arch.kernel(xd, xd).ntk
-        k_test = arch.kernel(xtd, xd).ntk
     scale = float(k.diagonal().mean())
     yd = y.double()
     sel = select_ridge_loo(k, yd, [scale * r for r in config.ridges])
+    # the (n_test, n) test kernel only after the ridge search: not held during its peak
+    with torch.no_grad():
+        k_test = arch.kernel(xtd, xd).ntk
     pred = kernel_ridge_regression(k, yd, k_test, ridge=sel.ridge).clamp(-1.0, 1.0)
     return float((pred - y_test.double()).square().mean()), sel.ridge / scale
 
