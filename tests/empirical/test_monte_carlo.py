@@ -15,8 +15,8 @@ import ntklab as nl
 from conftest import F64, mlp3, naive_ntk
 from ntklab.empirical.monte_carlo import MonteCarloKernel, monte_carlo_kernel, nngp
 from ntklab.errors import NtklabTypeError, NtklabValueError
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import KernelState
-from ntklab.kernels.layers import Layer
 
 ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.5, 0.1))
 

@@ -24,8 +24,8 @@ from torch import Tensor, nn
 import ntklab as nl
 from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ntklab.kernels import _fused
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import Kernel, KernelState
-from ntklab.kernels.layers import Layer
 
 F32, F64 = torch.float32, torch.float64
 # elementwise tolerance, plus the same times the largest entry (entries that cancel to ~0)
@@ -291,7 +291,7 @@ def test_correlation_beyond_rounding_warns_like_eager(
     with pytest.warns(NumericalWarning, match="beyond rounding") as record:
         fused = arch.kernel(x)
     assert len(calls) == 1
-    assert record[0].filename.endswith("layers.py")  # attributed to ntklab, as eager's
+    assert record[0].filename.endswith("engine.py")  # attributed to ntklab, as eager's
     with pytest.warns(NumericalWarning, match="beyond rounding"):
         eager = _eager(monkeypatch, arch, x, None)
     _assert_matches(fused, eager, RTOL[F64])

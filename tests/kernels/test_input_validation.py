@@ -110,7 +110,7 @@ def test_finite_network_refuses_channels_last_images() -> None:
 
 def test_a_flat_kernel_that_cannot_fit_max_memory_is_refused_before_computing() -> None:
     import ntklab as nl
-    from ntklab.kernels.layers import FLAT_MATRICES
+    from ntklab.kernels.engine import FLAT_MATRICES
 
     arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
     x = torch.randn(64, 3, dtype=torch.float64)

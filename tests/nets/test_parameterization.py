@@ -18,8 +18,8 @@ import ntklab as nl
 from ntklab.analysis.rates import fit_power_law
 from ntklab.empirical import ntk
 from ntklab.errors import NtklabValueError
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import KernelState
-from ntklab.kernels.layers import Layer
 from ntklab.nets import DenseLayer, train
 
 F64 = torch.float64

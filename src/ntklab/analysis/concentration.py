@@ -24,7 +24,7 @@ from ntklab._checks import check_inputs
 from ntklab.empirical import functional_model, ntk
 from ntklab.empirical.monte_carlo import check_architecture, per_network_kernels
 from ntklab.errors import NtklabTypeError, NtklabValueError
-from ntklab.kernels.layers import Architecture, Layer
+from ntklab.kernels.engine import Architecture, Layer
 from ntklab.memory import resolve_max_memory
 
 from ._validate import integer

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .._checks import check_inputs, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
-from ..kernels.layers import Architecture, Layer, serial
+from ..kernels.engine import Architecture, Layer, serial
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 

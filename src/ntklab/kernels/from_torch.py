@@ -41,6 +41,7 @@ from ..errors import NtklabTypeError, NtklabValueError
 from .activations import (
     Activation,
     Elementwise,
+    ElementwiseActivation,
     Gelu,
     LeakyRelu,
     Relu,
@@ -49,8 +50,13 @@ from .activations import (
     Softplus,
     Tanh,
 )
-from .layers import Architecture, Dense, Layer, serial
-from .spatial import AvgPool, Conv, Dropout, Flatten, GlobalAvgPool, LayerNorm, Residual
+from .conv import Conv, ConvLayer
+from .dense import Dense, DenseLayer
+from .dropout import Dropout
+from .engine import Architecture, Layer, serial
+from .graphs import Residual, ResidualBlock
+from .normalization import LayerNorm, LayerNormLayer
+from .pooling import AvgPool, AvgPoolLayer, Flatten, GlobalAvgPool, GlobalAvgPoolLayer
 
 __all__ = ["from_torch"]
 
@@ -194,19 +200,16 @@ class _Reader:
     def _handler(
         self, mod: nn.Module
     ) -> Callable[[nn.Module, str, _Rank], tuple[list[Layer], _Rank]] | None:
-        from ..nets import conv_modules as cm
-        from ..nets import modules as nm
-
         if type(mod) is nn.Sequential:
             return self._sequential
         table: list[tuple[tuple[type, ...], Callable[..., tuple[list[Layer], _Rank]]]] = [
-            ((nm.DenseLayer,), self._dense_layer),
-            ((cm.ConvLayer,), self._conv_layer),
-            ((cm.AvgPoolLayer,), self._avg_pool_layer),
-            ((cm.GlobalAvgPoolLayer,), self._global_pool_layer),
-            ((cm.LayerNormLayer,), self._layer_norm_layer),
-            ((cm.ResidualBlock,), self._residual),
-            ((nm.ElementwiseActivation,), self._elementwise),
+            ((DenseLayer,), self._dense_layer),
+            ((ConvLayer,), self._conv_layer),
+            ((AvgPoolLayer,), self._avg_pool_layer),
+            ((GlobalAvgPoolLayer,), self._global_pool_layer),
+            ((LayerNormLayer,), self._layer_norm_layer),
+            ((ResidualBlock,), self._residual),
+            ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
             ((nn.Conv1d, nn.Conv2d), self._conv),
             ((nn.AvgPool1d, nn.AvgPool2d), self._avg_pool),

@@ -51,8 +51,8 @@ from torch import Tensor, nn
 
 from .._checks import check_nonnegative, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
+from ..kernels import Architecture, Dense
 from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
-from ..kernels.layers import Architecture, Dense
 from ..memory import resolve_max_memory
 from .modules import DenseLayer
 from .training import Normalization
