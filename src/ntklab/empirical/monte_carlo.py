@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .._checks import check_inputs, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
-from ..kernels.engine import Architecture, Layer, serial
+from ..kernels.engine import Architecture, Layer, architecture_spatial_ndim, check_images, serial
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 
@@ -229,11 +229,12 @@ def monte_carlo_kernel(
     ----------
     arch : Architecture or Layer
         An architecture from :func:`ntklab.serial` with at least one ``Dense`` layer.
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d), optional
+    x1 : Tensor of shape (n1, d), or images (n1, C, *S) for an architecture with spatial layers
+    x2 : Tensor of the same shape but for n2, optional
         Defaults to ``x1`` (then the Jacobians are computed once).
     width : int
-        Width of the hidden ``Dense`` layers.
+        Width (channels) of the hidden ``Dense`` and ``Conv`` layers without a width of their
+        own.
     n_samples : int
         Number of networks :math:`S \\ge 2` (two are needed for a standard error).
     generator : torch.Generator, optional
@@ -263,9 +264,10 @@ def monte_carlo_kernel(
         ``arch`` is not an architecture; an input is not a floating tensor; an integer
         argument is not an int; ``dtype`` is not floating.
     NtklabValueError
-        The architecture has no ``Dense`` layer; the inputs are not ``(n, d)`` batches of one
-        dimension, dtype and device; ``n_samples < 2``; a size is not positive; not even
-        one network (its Jacobians and kernels beside the moments) fits ``max_memory``.
+        The architecture has no ``Dense`` layer; the inputs are not ``(n, d)`` batches (or
+        ``(n, C, *S)`` images for a spatial architecture) of one shape, dtype and device;
+        ``n_samples < 2``; a size is not positive; not even one network (its Jacobians and
+        kernels beside the moments) fits ``max_memory``.
 
     Examples
     --------
@@ -280,7 +282,10 @@ def monte_carlo_kernel(
     arch = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
-    a, b = check_inputs(x1, x2)
+    if any(layer.spatial_layer for layer in arch.layers):
+        a, b = check_images(x1, x2, architecture_spatial_ndim(arch.layers))
+    else:
+        a, b = check_inputs(x1, x2)
     check_positive_int("width", width)
     check_positive_int("n_samples", n_samples)
     if n_samples < 2:
@@ -298,14 +303,18 @@ def monte_carlo_kernel(
     b = None if b is None else b.to(dtype)
 
     def draw() -> nn.Module:
-        return arch.to_torch(
+        net = arch.to_torch(
             width,
             out_features,
-            in_features=int(a.shape[1]),
+            in_features=int(a.shape[1]) if a.ndim == 2 else None,
             generator=generator,
             dtype=dtype,
             device=a.device,
         )
+        if a.ndim > 2:  # the convolutions are lazy in their input channels: create them
+            with torch.no_grad():
+                net(a[:1])
+        return net
 
     first = draw()
     fm = functional_model(first)

@@ -759,6 +759,7 @@ def propagate_run(
         var2=d2.cov[None, :],
         fan_in=last.width,  # type: ignore[attr-defined]
         gaussian=True,
+        product=False,
     )
     return state, d1, d2
 

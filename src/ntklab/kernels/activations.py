@@ -104,6 +104,12 @@ class Activation(Layer):
         """
 
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        if state.product:
+            raise NtklabValueError(
+                f"{type(self).__name__}: expected Gaussian pre-activations, got a product of "
+                "branches (FanInProd), which is not Gaussian; put a Dense or Conv layer between "
+                "them"
+            )
         need_dot = state.ntk is not None
         nngp, dot = self.dual(
             state.cov, state.var1, state.var2, inplace=inplace, derivative=need_dot

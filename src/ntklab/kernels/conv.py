@@ -173,7 +173,9 @@ class Conv(Layer):
         if fused and self.parameterization == "ntk":
             cov = cov_u.mul_(w2).add_(b2)
             ntk = cov.clone() if ntk_u is None else ntk_u.mul_(w2).add_(cov)
-            return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True)
+            return dataclasses.replace(
+                state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True, product=False
+            )
         cov = cov_u * w2 + b2
         if self.parameterization == "ntk":
             ntk = cov.clone() if ntk_u is None else cov + w2 * ntk_u
@@ -188,7 +190,9 @@ class Conv(Layer):
             ntk = fan * cov_u if ntk_u is None else fan * cov_u + w2 * ntk_u
             if self.b_std is not None:
                 ntk = ntk + 1.0
-        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True)
+        return dataclasses.replace(
+            state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True, product=False
+        )
 
     def module(
         self,

@@ -133,7 +133,9 @@ class Dense(Layer):
             if bias:
                 ntk = ntk.add_(bias) if inplace else ntk + bias
             cov = affine(cov, w2, b2, inplace)
-        return dataclasses.replace(state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True)
+        return dataclasses.replace(
+            state, cov=cov, ntk=ntk, fan_in=self.width, gaussian=True, product=False
+        )
 
     def propagate_variance(self, var: Tensor) -> Tensor:
         """The diagonal recursion :math:`v' = \\sigma_w^2 v + \\sigma_b^2`."""

@@ -378,12 +378,16 @@ def _combine(
     *,
     fan_in: int | None,
     gaussian: bool,
+    product: bool = False,
 ) -> Flow:
     """One flow whose pair and per-input kernels are ``combine`` of the branches'."""
+    product = product or any(f.pair.product for f in flows)
 
     def merged(states: list[KernelState]) -> KernelState:
         cov, ntk = combine(states)
-        return dataclasses.replace(states[0], cov=cov, ntk=ntk, fan_in=fan_in, gaussian=gaussian)
+        return dataclasses.replace(
+            states[0], cov=cov, ntk=ntk, fan_in=fan_in, gaussian=gaussian, product=product
+        )
 
     pair = merged([f.pair for f in flows])
     diag1 = self_variances(merged([f.diag1 for f in flows]))
@@ -463,7 +467,8 @@ class FanInProd(_NoPropagate):
 
     def step(self, flow: Flows, plans: tuple[Plan, ...], *, inplace: bool) -> Flows:
         flows = _branch_flows("FanInProd", flow)
-        return _combine(flows, _prod, fan_in=_common_width("FanInProd", flows), gaussian=False)
+        width = _common_width("FanInProd", flows)
+        return _combine(flows, _prod, fan_in=width, gaussian=False, product=True)
 
     def module(
         self,

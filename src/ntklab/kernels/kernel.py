@@ -55,7 +55,9 @@ class KernelState:
     ``(batch..., H, H', W, W')``, otherwise only the same-position diagonal ``(batch..., H, W)``.
     ``gaussian`` says that the representation is a zero-mean Gaussian process linear in the
     last layer's fresh weights (after ``Dense``/``Conv``, not after a nonlinearity): what
-    ``LayerNorm`` and the residual sum assume.
+    ``LayerNorm`` and the residual sum assume. ``product`` says that it is a product of
+    branches (``FanInProd``), not Gaussian, until the next ``Dense``/``Conv``: activations
+    (whose duals are Gaussian expectations) cannot read it.
     """
 
     cov: Tensor
@@ -66,6 +68,7 @@ class KernelState:
     spatial_ndim: int = 0
     full_spatial: bool = False
     gaussian: bool = False
+    product: bool = False
 
     @property
     def batch_ndim(self) -> int:
