@@ -18,7 +18,13 @@ from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import KernelState
 
-ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.5, 0.1))
+ARCH = nl.serial(
+    nl.Dense(w_std=1.5, b_std=0.1),
+    nl.Relu(),
+    nl.Dense(w_std=1.2, b_std=0.2),
+    nl.Erf(),
+    nl.Dense(w_std=1.5, b_std=0.1),
+)
 
 
 @pytest.fixture(scope="module")

@@ -191,7 +191,9 @@ def test_explicit_scales_per_path() -> None:
 
     arch = from_torch(model, w_std={"0": 1.5, "2": 1.0}, b_std={"0": 0.2, "2": 0.1})
     expected = nl.serial(
-        nl.Dense(1.5, 0.2, "standard", width=2 * W), nl.Relu(), nl.Dense(1.0, 0.1, "standard")
+        nl.Dense(w_std=1.5, b_std=0.2, parameterization="standard", width=2 * W),
+        nl.Relu(),
+        nl.Dense(w_std=1.0, b_std=0.1, parameterization="standard"),
     )
     torch.testing.assert_close(arch.kernel(x).ntk, expected.kernel(x).ntk)
     k = arch.kernel(x)
@@ -205,16 +207,16 @@ def test_explicit_scales_per_path() -> None:
 
 def test_to_torch_round_trip_gives_the_same_kernel() -> None:
     arch = nl.serial(
-        Conv((3, 3), w_std=1.4, b_std=0.1),
-        Residual([nl.Relu(), Conv((3, 3), w_std=1.2)], scale=0.5),
+        Conv(filter_shape=(3, 3), w_std=1.4, b_std=0.1),
+        Residual([nl.Relu(), Conv(filter_shape=(3, 3), w_std=1.2)], scale=0.5),
         LayerNorm("all", eps=1e-3),
         nl.Relu(),
         AvgPool((2, 2)),
-        Conv((3, 3), padding="CIRCULAR", b_std=None),
+        Conv(filter_shape=(3, 3), padding="CIRCULAR", b_std=None),
         nl.Gelu(),
         Dropout(0.1),
         GlobalAvgPool(),
-        nl.Dense(1.3, 0.1),
+        nl.Dense(w_std=1.3, b_std=0.1),
     )
     net = arch.to_torch(width=8, dtype=F64)
     x = _images()

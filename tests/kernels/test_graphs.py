@@ -40,9 +40,9 @@ def build(spec: list[dict[str, Any]]) -> list[nl.kernels.Layer]:
         if kind == "Conv":
             layers.append(
                 Conv(
-                    tuple(layer["filter"]),
-                    tuple(layer["strides"]),
-                    layer["padding"],
+                    filter_shape=tuple(layer["filter"]),
+                    strides=tuple(layer["strides"]),
+                    padding=layer["padding"],
                     w_std=layer["w_std"],
                     b_std=layer["b_std"],
                     width=layer["width"],
@@ -143,10 +143,10 @@ MC_ARCHITECTURES = {
     ),
     "conv_pool_in_branch_sum": (
         lambda: nl.serial(
-            Conv((3, 3), w_std=1.5, b_std=0.1),
+            Conv(filter_shape=(3, 3), w_std=1.5, b_std=0.1),
             FanOut(2),
             parallel(
-                [nl.Relu(), AvgPool((3, 3), (1, 1), "SAME"), Conv((3, 3), w_std=1.2)],
+                [nl.Relu(), AvgPool((3, 3), (1, 1), "SAME"), Conv(filter_shape=(3, 3), w_std=1.2)],
                 nl.Identity(),
             ),
             FanInSum(),
@@ -158,14 +158,14 @@ MC_ARCHITECTURES = {
     ),
     "conv_concat_gap": (
         lambda: nl.serial(
-            Conv((3, 3), w_std=1.5, b_std=0.1),
+            Conv(filter_shape=(3, 3), w_std=1.5, b_std=0.1),
             FanOut(2),
             parallel(
-                [nl.Relu(), Conv((3, 3), w_std=1.2, width=32)],
-                [nl.Relu(), Conv((1, 1), w_std=1.1, b_std=0.1, width=96)],
+                [nl.Relu(), Conv(filter_shape=(3, 3), w_std=1.2, width=32)],
+                [nl.Relu(), Conv(filter_shape=(1, 1), w_std=1.1, b_std=0.1, width=96)],
             ),
             FanInConcat(),
-            Conv((1, 1), w_std=1.2, b_std=0.1),
+            Conv(filter_shape=(1, 1), w_std=1.2, b_std=0.1),
             nl.Relu(),
             GlobalAvgPool(),
             _d(1.0, 0.1),
@@ -220,13 +220,13 @@ def test_concatenation_weights_matter_against_monte_carlo() -> None:
 
 def test_residual_is_fanout_parallel_fansum() -> None:
     x1, x2 = _x_img(3, 1), _x_img(2, 2)
-    branch = [nl.Relu(), Conv((3, 3), w_std=1.2, b_std=0.1)]
+    branch = [nl.Relu(), Conv(filter_shape=(3, 3), w_std=1.2, b_std=0.1)]
     sugar = nl.serial(
-        Conv((3, 3)), Residual(branch, scale=0.7), nl.Relu(), GlobalAvgPool(), _d(1, 0)
+        Conv(filter_shape=(3, 3)), Residual(branch, scale=0.7), nl.Relu(), GlobalAvgPool(), _d(1, 0)
     )
-    scaled = [*branch[:-1], Conv((3, 3), w_std=1.2 * 0.7, b_std=0.1 * 0.7)]
+    scaled = [*branch[:-1], Conv(filter_shape=(3, 3), w_std=1.2 * 0.7, b_std=0.1 * 0.7)]
     graph = nl.serial(
-        Conv((3, 3)),
+        Conv(filter_shape=(3, 3)),
         FanOut(2),
         parallel(nl.Identity(), scaled),
         FanInSum(),
@@ -277,9 +277,11 @@ def test_carry_plan_is_decided_before_compute() -> None:
     """Pooling only inside a branch: full covariance up to it, the diagonal after; a pooling
     layer after the FanIn keeps every branch full."""
     inner = nl.serial(
-        Conv((3, 3)),
+        Conv(filter_shape=(3, 3)),
         FanOut(2),
-        parallel([nl.Relu(), AvgPool((3, 3), (1, 1), "SAME"), Conv((3, 3))], nl.Identity()),
+        parallel(
+            [nl.Relu(), AvgPool((3, 3), (1, 1), "SAME"), Conv(filter_shape=(3, 3))], nl.Identity()
+        ),
         FanInSum(),
         nl.Relu(),
         Flatten(),
@@ -292,7 +294,10 @@ def test_carry_plan_is_decided_before_compute() -> None:
     assert pooled.keep_full == (True, False, False) and identity.keep_full == (False,)
     after = nl.serial(*inner.layers[:4], AvgPool((2, 2)), Flatten(), _d(1, 0)).plan()
     assert all(p.keep_full == (True,) * len(p.keep_full) for p in after.branches[2])
-    assert nl.serial(Conv((3, 3)), nl.Relu(), Flatten(), _d(1, 0)).plan().carry == "diagonal"
+    assert (
+        nl.serial(Conv(filter_shape=(3, 3)), nl.Relu(), Flatten(), _d(1, 0)).plan().carry
+        == "diagonal"
+    )
 
 
 def test_graph_errors_name_the_layer() -> None:
@@ -317,9 +322,9 @@ def test_graph_errors_name_the_layer() -> None:
         ).kernel(x)
     with pytest.raises(NtklabValueError, match="FanInSum: expected branches of one shape"):
         nl.serial(
-            Conv((3, 3)),
+            Conv(filter_shape=(3, 3)),
             FanOut(2),
-            parallel(Conv((3, 3), (2, 2)), Conv((3, 3))),
+            parallel(Conv(filter_shape=(3, 3), strides=(2, 2)), Conv(filter_shape=(3, 3))),
             FanInSum(),
             Flatten(),
             _d(1, 0),

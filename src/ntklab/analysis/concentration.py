@@ -135,7 +135,7 @@ def ntk_sup_distance(
     Examples
     --------
     >>> import ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.0, 0.1), nl.Erf(), nl.Dense(1.0, 0.1))
+    >>> arch = nl.serial(nl.Dense(w_std=1.0, b_std=0.1), nl.Erf(), nl.Dense(w_std=1.0, b_std=0.1))
     >>> x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     >>> d = ntk_sup_distance(arch, x, widths=[16, 1024], n_seeds=5, generator=1)
     >>> d.shape, bool(d[1].median() < d[0].median())

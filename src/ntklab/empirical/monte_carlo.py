@@ -272,7 +272,7 @@ def monte_carlo_kernel(
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     >>> x = torch.randn(3, 2, dtype=torch.float64)
     >>> mc = monte_carlo_kernel(arch, x, width=256, n_samples=8,
     ...                         generator=torch.Generator().manual_seed(0))

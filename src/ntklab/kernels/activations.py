@@ -436,7 +436,8 @@ class Elementwise(Activation):
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.0), nl.Elementwise(torch.tanh, "tanh"), nl.Dense(1.0))
+    >>> tanh = nl.Elementwise(torch.tanh, "tanh")
+    >>> arch = nl.serial(nl.Dense(w_std=1.0), tanh, nl.Dense(w_std=1.0))
     >>> arch.kernel(torch.randn(3, 2, dtype=torch.float64)).nngp.shape
     torch.Size([3, 3])
     """

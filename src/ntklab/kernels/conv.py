@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Literal
 
 import torch
@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from .._checks import check_channels_first, check_nonnegative, check_positive_int
+from .._checks import check_channels_first, check_nonnegative
 from ..errors import NtklabValueError
 from .covariance import (
     Padding,
@@ -45,7 +45,7 @@ from .covariance import (
     spatial_axes,
     window_mean,
 )
-from .engine import Layer, Parameterization, as_float
+from .engine import Layer, Parameterization, as_float, check_width
 from .kernel import KernelState
 
 __all__ = ["Conv", "ConvLayer"]
@@ -55,8 +55,17 @@ __all__ = ["Conv", "ConvLayer"]
 class Conv(Layer):
     """Convolution over the channels of 1-D or 2-D inputs (``nn.Conv1d``/``nn.Conv2d``).
 
+    The positional arguments are those of neural-tangents' ``stax.Conv(out_chan,
+    filter_shape, strides, padding, W_std, b_std)``: ``Conv(64, (3, 3))`` is 64 channels of
+    3x3 filters. Unlike ``stax`` (``"VALID"``), the default padding is ``"SAME"``.
+
     Parameters
     ----------
+    width : int, optional
+        Output channels (``stax``'s ``out_chan``). The NTK-parameterized kernel does not
+        depend on it; it sets the channels in ``to_torch`` (default: ``to_torch``'s
+        ``width``), weighs a :class:`~ntklab.kernels.FanInConcat`, and is the fan-in of the
+        next layer in the standard parameterization.
     filter_shape : int or tuple of int
         Spatial shape of the filters, one entry per spatial dimension (an int means a 1-D
         convolution unless given with a tuple of strides or pads).
@@ -72,9 +81,7 @@ class Conv(Layer):
         ``"ntk"``: :math:`y = \\sigma_w W * x / \\sqrt{C |f|} + \\sigma_b b` with unit Gaussian
         ``W, b``; ``"standard"``: :math:`y = W * x + b`, :math:`W \\sim N(0, \\sigma_w^2 / (C
         |f|))`, :math:`b \\sim N(0, \\sigma_b^2)`, whose NTK depends on the channel counts.
-    width : int, optional
-        Output channels (needed by the standard parameterization's next layer; filled by
-        ``to_torch(width=...)`` otherwise).
+        Keyword only.
 
     Notes
     -----
@@ -90,21 +97,28 @@ class Conv(Layer):
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> cnn = nl.serial(nl.kernels.Conv((3, 3), w_std=1.4), nl.Relu(), nl.kernels.Flatten(),
-    ...                 nl.Dense(1.0))
+    >>> from ntklab.kernels import Conv, Flatten
+    >>> cnn = nl.serial(Conv(16, (3, 3), w_std=1.4), nl.Relu(), Flatten(), nl.Dense(1))
     >>> cnn.kernel(torch.randn(4, 3, 8, 8, dtype=torch.float64)).ntk.shape
     torch.Size([4, 4])
     """
 
+    width: int | None = None
     filter_shape: int | tuple[int, ...] = (3, 3)
     strides: int | tuple[int, ...] | None = None
     padding: Padding = "SAME"
     w_std: float | Tensor = 1.0
     b_std: float | Tensor | None = 0.0
+    _: KW_ONLY
     parameterization: Parameterization = "ntk"
-    width: int | None = None
 
     def __post_init__(self) -> None:
+        check_width(
+            self.width,
+            "the output channels, neural-tangents' out_chan: Conv(64, (3, 3)) is 64 channels "
+            "of 3x3 filters",
+            "Conv(filter_shape=(3, 3), w_std=1.4)",
+        )
         ndim = None
         for v in (self.filter_shape, self.strides, self.padding):
             if isinstance(v, tuple | list):
@@ -129,8 +143,6 @@ class Conv(Layer):
             raise NtklabValueError(
                 f"parameterization: expected 'ntk' or 'standard', got {self.parameterization!r}"
             )
-        if self.width is not None:
-            check_positive_int("width", self.width)
 
     @property
     def has_parameters(self) -> bool:

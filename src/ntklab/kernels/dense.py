@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Literal
 
 import torch
@@ -18,9 +18,9 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from .._checks import check_nonnegative, check_positive_int
+from .._checks import check_nonnegative
 from ..errors import NtklabValueError
-from .engine import Layer, Parameterization, Role, affine, as_float
+from .engine import Layer, Parameterization, Role, affine, as_float, check_width
 from .kernel import KernelState
 
 __all__ = ["Dense", "DenseLayer"]
@@ -30,8 +30,17 @@ __all__ = ["Dense", "DenseLayer"]
 class Dense(Layer):
     """Fully-connected layer.
 
+    The positional arguments are those of neural-tangents' ``stax.Dense(out_dim, W_std,
+    b_std)``: ``Dense(512)`` is a layer of 512 units, not a weight scale of 512.
+
     Parameters
     ----------
+    width : int or None
+        Output width of this layer (``stax``'s ``out_dim``). The NTK-parameterized kernel does
+        not depend on it; it sets the layer's width in ``to_torch`` (default: ``to_torch``'s
+        ``width`` for hidden layers and ``out_features`` for the last one), weighs a
+        :class:`~ntklab.kernels.FanInConcat`, and is the fan-in of the next layer in the
+        standard parameterization.
     w_std : float or Tensor
         Weight scale :math:`\\sigma_w >= 0`.
     b_std : float, Tensor or None
@@ -42,11 +51,7 @@ class Dense(Layer):
         ``"ntk"``: :math:`y = \\sigma_w W x/\\sqrt{n_{in}} + \\sigma_b b`, unit Gaussian
         ``W, b``. ``"standard"``: :math:`y = W x + b` with
         :math:`W_{ij} \\sim N(0, \\sigma_w^2 / n_{in})`, :math:`b \\sim N(0, \\sigma_b^2)`; its
-        NTK depends on the widths.
-    width : int or None
-        Output width of this layer. Needed for the kernel only by the standard
-        parameterization (for the fan-in of the next Dense); ``to_torch(width=...)`` fills
-        unspecified hidden widths.
+        NTK depends on the widths. Keyword only.
 
     Notes
     -----
@@ -60,12 +65,18 @@ class Dense(Layer):
               \\Theta' = n_{in} K + \\sigma_w^2 \\Theta + [\\text{bias}].
     """
 
+    width: int | None = None
     w_std: float | Tensor = 1.0
     b_std: float | Tensor | None = 0.0
+    _: KW_ONLY
     parameterization: Parameterization = "ntk"
-    width: int | None = None
 
     def __post_init__(self) -> None:
+        check_width(
+            self.width,
+            "the number of units, neural-tangents' out_dim: Dense(512) is 512 units",
+            "Dense(w_std=1.5, b_std=0.1)",
+        )
         check_nonnegative("w_std", self.w_std)
         if self.b_std is not None:
             check_nonnegative("b_std", self.b_std)
@@ -73,8 +84,6 @@ class Dense(Layer):
             raise NtklabValueError(
                 f"parameterization: expected 'ntk' or 'standard', got {self.parameterization!r}"
             )
-        if self.width is not None:
-            check_positive_int("width", self.width)
 
     @property
     def has_parameters(self) -> bool:

@@ -278,6 +278,19 @@ def as_float(v: float | Tensor) -> float:
     return float(v.detach()) if isinstance(v, Tensor) else float(v)
 
 
+def check_width(width: object, meaning: str, keywords: str) -> None:
+    """Raise unless ``width`` is None or a positive int; the message says what the first
+    positional argument means and how to pass the scales (``keywords``) instead."""
+    if width is None:
+        return
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise NtklabTypeError(
+            f"width: expected a positive int or None ({meaning}), got {width!r}; pass the "
+            f"scales as keywords, e.g. {keywords}"
+        )
+    check_positive_int("width", width)
+
+
 def affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:
     """``scale * x + shift``, in place when allowed and the coefficients are plain numbers."""
     if inplace and not isinstance(scale, Tensor) and not isinstance(shift, Tensor):

@@ -266,7 +266,9 @@ class _Reader:
         fan_in = int(mod.in_features)
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
-        return [Dense(w, b, parameterization="standard", width=int(mod.out_features))], 0
+        return [
+            Dense(w_std=w, b_std=b, parameterization="standard", width=int(mod.out_features))
+        ], 0
 
     def _conv(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = 1 if isinstance(mod, nn.Conv1d) else 2
@@ -307,9 +309,9 @@ class _Reader:
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
         conv = Conv(
-            kernel,
-            stride,
-            padding,  # type: ignore[arg-type]
+            filter_shape=kernel,
+            strides=stride,
+            padding=padding,  # type: ignore[arg-type]
             w_std=w,
             b_std=b,
             parameterization="standard",
@@ -323,16 +325,21 @@ class _Reader:
             raise _unsupported(
                 mod, path, f"the {mod.parameterization!r} parameterization has no kernel limit"
             )
-        layer = Dense(mod.w_std, mod.b_std, mod.parameterization, width=int(mod.out_features))
+        layer = Dense(
+            w_std=mod.w_std,
+            b_std=mod.b_std,
+            parameterization=mod.parameterization,
+            width=int(mod.out_features),
+        )
         return [layer], 0
 
     def _conv_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = len(mod.filter_shape)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         conv = Conv(
-            mod.filter_shape,
-            mod.strides,
-            mod.padding,
+            filter_shape=mod.filter_shape,
+            strides=mod.strides,
+            padding=mod.padding,
             w_std=mod.w_std,
             b_std=mod.b_std,
             parameterization=mod.parameterization,

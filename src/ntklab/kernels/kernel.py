@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -36,6 +37,24 @@ class Kernel:
     def shape(self) -> tuple[int, int]:
         """``(n1, n2)``."""
         return (int(self.nngp.shape[0]), int(self.nngp.shape[1]))
+
+    def to(self, *args: Any, **kwargs: Any) -> Kernel:
+        """The kernel with every tensor converted by ``Tensor.to(*args, **kwargs)`` (a device,
+        a dtype, or both), as ``torch.nn.Module.to``.
+
+        Examples
+        --------
+        >>> import torch, ntklab as nl
+        >>> k = nl.serial(nl.Dense(), nl.Relu(), nl.Dense()).kernel(torch.randn(3, 2))
+        >>> k.to(torch.float64).ntk.dtype
+        torch.float64
+        """
+        return Kernel(
+            nngp=self.nngp.to(*args, **kwargs),
+            ntk=self.ntk.to(*args, **kwargs),
+            var1=self.var1.to(*args, **kwargs),
+            var2=self.var2.to(*args, **kwargs),
+        )
 
 
 @dataclass(frozen=True)
