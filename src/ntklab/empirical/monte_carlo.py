@@ -151,8 +151,8 @@ class MonteCarloKernel:
         Standard error of ``ntk``.
     n_samples : int
         :math:`S`, the number of networks.
-    width : int
-        Width of their hidden layers.
+    width : int or None
+        Width of their hidden layers (``None`` for networks from a module factory).
     out_features : int
         :math:`k`, outputs per network (averaged over).
     """
@@ -162,7 +162,7 @@ class MonteCarloKernel:
     nngp_stderr: Tensor
     ntk_stderr: Tensor
     n_samples: int
-    width: int
+    width: int | None
     out_features: int = 1
 
 
@@ -191,11 +191,11 @@ class _Moments:
 
 
 def monte_carlo_kernel(
-    arch: Architecture | Layer,
+    arch: Architecture | Layer | Callable[[], nn.Module],
     x1: Tensor,
     x2: Tensor | None = None,
     *,
-    width: int,
+    width: int | None = None,
     n_samples: int,
     generator: torch.Generator | None = None,
     batch_size: int | None = None,
@@ -227,14 +227,20 @@ def monte_carlo_kernel(
 
     Parameters
     ----------
-    arch : Architecture or Layer
-        An architecture from :func:`ntklab.serial` with at least one ``Dense`` layer.
+    arch : Architecture, Layer, or callable returning an nn.Module
+        An architecture from :func:`ntklab.serial` with at least one ``Dense`` layer, whose
+        networks are ``arch.to_torch(width, out_features, generator=generator)``; or a module
+        factory, a function of no argument that returns a freshly initialized network each
+        time it is called (for any ``torch.nn`` model, e.g. one that
+        :func:`ntklab.kernels.from_torch` cannot read). The factory draws from its own
+        randomness (seed torch's global generator for reproducible draws); ``width``,
+        ``out_features`` and ``generator`` do not apply to it.
     x1 : Tensor of shape (n1, d), or images (n1, C, *S) for an architecture with spatial layers
     x2 : Tensor of the same shape but for n2, optional
         Defaults to ``x1`` (then the Jacobians are computed once).
     width : int
         Width (channels) of the hidden ``Dense`` and ``Conv`` layers without a width of their
-        own.
+        own. Required for an architecture, ``None`` for a module factory.
     n_samples : int
         Number of networks :math:`S \\ge 2` (two are needed for a standard error).
     generator : torch.Generator, optional
@@ -279,14 +285,30 @@ def monte_carlo_kernel(
     >>> mc.ntk.shape, mc.n_samples
     (torch.Size([3, 3]), 8)
     """
-    arch = check_architecture(arch)
+    factory = _module_factory(arch)
+    if factory is None:
+        arch = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
-    if any(layer.spatial_layer for layer in arch.layers):
-        a, b = check_images(x1, x2, architecture_spatial_ndim(arch.layers))
+    if factory is not None:
+        a, b = check_images(x1, x2, None)
+        if width is not None:
+            raise NtklabValueError(
+                f"width: expected None with a module factory (the factory sets the widths), "
+                f"got {width!r}"
+            )
     else:
-        a, b = check_inputs(x1, x2)
-    check_positive_int("width", width)
+        assert isinstance(arch, Architecture)
+        if any(layer.spatial_layer for layer in arch.layers):
+            a, b = check_images(x1, x2, architecture_spatial_ndim(arch.layers))
+        else:
+            a, b = check_inputs(x1, x2)
+        if width is None:
+            raise NtklabValueError(
+                "width: expected a positive int (the hidden width of the networks of an "
+                "architecture), got None"
+            )
+        check_positive_int("width", width)
     check_positive_int("n_samples", n_samples)
     if n_samples < 2:
         raise NtklabValueError(
@@ -303,6 +325,18 @@ def monte_carlo_kernel(
     b = None if b is None else b.to(dtype)
 
     def draw() -> nn.Module:
+        if factory is not None:
+            net = factory()
+            if not isinstance(net, nn.Module):
+                raise NtklabTypeError(
+                    f"arch: expected a factory that returns an nn.Module, got one that returns "
+                    f"{type(net).__name__}"
+                )
+            net = net.to(dtype=dtype, device=a.device)
+            with torch.no_grad():  # create lazy parameters; read the number of outputs
+                outputs[0] = int(net(a[:1]).reshape(1, -1).shape[1])
+            return net
+        assert isinstance(arch, Architecture) and width is not None
         net = arch.to_torch(
             width,
             out_features,
@@ -316,8 +350,10 @@ def monte_carlo_kernel(
                 net(a[:1])
         return net
 
+    outputs = [out_features]
     first = draw()
     fm = functional_model(first)
+    out_features = outputs[0]
     if batch_size is None:
         n1, n2 = a.shape[0], (a if b is None else b).shape[0]
         item = _itemsize(dtype)
@@ -358,6 +394,23 @@ def monte_carlo_kernel(
         width=width,
         out_features=out_features,
     )
+
+
+def _module_factory(arch: object) -> Callable[[], nn.Module] | None:
+    """``arch`` when it is a module factory (a callable that is not an ntklab architecture or
+    layer), ``None`` when it is an architecture or layer; an error for a module itself."""
+    if isinstance(arch, Architecture | Layer):
+        return None
+    if isinstance(arch, nn.Module):
+        raise NtklabTypeError(
+            f"arch: expected an ntklab Architecture or a factory of freshly initialized "
+            f"networks, got the module {type(arch).__name__} itself (one initialization); pass "
+            "a function that builds it, e.g. lambda: MyNet(), or use ntklab.empirical.ntk for "
+            "the kernel of this one network"
+        )
+    if callable(arch):
+        return arch
+    return None
 
 
 def _itemsize(dtype: torch.dtype) -> int:

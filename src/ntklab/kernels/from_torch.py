@@ -80,7 +80,8 @@ _GENERIC_ACTIVATIONS = (
 _MONTE_CARLO = (
     "For such a model, estimate its kernels from finite networks instead: "
     "ntklab.empirical.ntk(model, x1, x2) for one initialization, or the average over "
-    "initializations as ntklab.empirical.monte_carlo_kernel does."
+    "initializations, ntklab.empirical.monte_carlo_kernel(make_model, x1, x2, n_samples=...) "
+    "with make_model a function that returns a freshly initialized model."
 )
 
 # spatial rank of the representation while reading: None unknown (at the input), 0 flat,
