@@ -309,9 +309,13 @@ def test_graph_errors_name_the_layer() -> None:
     with pytest.raises(NtklabValueError, match=r"parallel: expected 3 branches"):
         nl.serial(_d(1, 0), FanOut(2), parallel(_d(1, 0), _d(1, 0), _d(1, 0)), FanInSum()).kernel(x)
     with pytest.raises(NtklabValueError, match="FanInSum: expected at most one branch"):
-        nl.serial(_d(1, 0), FanOut(2), parallel(nl.Relu(), nl.Erf()), FanInSum(), _d(1, 0)).kernel(
-            x
-        )
+        nl.serial(
+            _d(1, 0),
+            FanOut(2),
+            parallel([_d(1, 0), nl.Relu()], [_d(1, 0), nl.Erf()]),
+            FanInSum(),
+            _d(1, 0),
+        ).kernel(x)
     with pytest.raises(NtklabValueError, match="FanInConcat: expected the width of every"):
         nl.serial(
             _d(1, 0), FanOut(2), parallel(_d(1, 0), nl.Relu()), FanInConcat(), _d(1, 0)

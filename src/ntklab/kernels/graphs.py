@@ -69,6 +69,8 @@ __all__ = [
     "ParallelLayer",
     "Residual",
     "ResidualBlock",
+    "Scale",
+    "ScaleLayer",
     "parallel",
     "repeat",
 ]
@@ -351,6 +353,21 @@ def parallel(*branches: Layer | Architecture | Sequence[Layer]) -> Parallel:
     return Parallel(tuple(branches))  # type: ignore[arg-type]  # normalized in __post_init__
 
 
+def _check_independent(name: str, layers: Sequence[Layer], index: int, where: str) -> None:
+    """Raise when the ``parallel`` just before a sum or product has two branches without
+    parameters (``x + x`` is ``2 x``, not the sum of independent branches)."""
+    before = layers[index - 1] if index > 0 else None
+    if not isinstance(before, Parallel):
+        return
+    free = [i for i, b in enumerate(before.branches) if not any(lay.has_parameters for lay in b)]
+    if len(free) > 1:
+        raise NtklabValueError(
+            f"{where}[{index}]: expected at most one branch without parameters before "
+            f"{name} (the others independent through their own weights), got branches {free}; "
+            "a sum or product of the same values is not one of independent branches"
+        )
+
+
 def _branch_flows(name: str, flow: Flows) -> tuple[Flow, ...]:
     if isinstance(flow, Flow):
         return (flow,)
@@ -405,6 +422,11 @@ class FanInSum(_NoPropagate):
     Every branch but at most one must end with fresh weights (see :mod:`this module
     <ntklab.kernels.graphs>`), so that the cross-covariances vanish.
     """
+
+    def check_in_chain(
+        self, layers: Sequence[Layer], index: int, where: str, in_branch: bool
+    ) -> None:
+        _check_independent("FanInSum", layers, index, where)
 
     def step(self, flow: Flows, plans: tuple[Plan, ...], *, inplace: bool) -> Flows:
         flows = _branch_flows("FanInSum", flow)
@@ -464,6 +486,11 @@ class FanInProd(_NoPropagate):
     The product of branches is not Gaussian: a nonlinearity or ``LayerNorm`` cannot read it
     directly; a ``Dense`` or ``Conv`` layer after it makes the kernel exact at infinite width.
     """
+
+    def check_in_chain(
+        self, layers: Sequence[Layer], index: int, where: str, in_branch: bool
+    ) -> None:
+        _check_independent("FanInProd", layers, index, where)
 
     def step(self, flow: Flows, plans: tuple[Plan, ...], *, inplace: bool) -> Flows:
         flows = _branch_flows("FanInProd", flow)
@@ -595,9 +622,24 @@ def repeat(layer: Layer | Architecture | Sequence[Layer], n: int) -> tuple[Layer
     return _branch(layer, "layer") * n
 
 
+class ScaleLayer(nn.Module):
+    """Multiplies its input by a constant."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return input * self.alpha
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
 @dataclass(frozen=True)
-class _Scale(Layer):
-    """Multiplies the representation by ``alpha``: :math:`K' = \\alpha^2 K`,
+class Scale(Layer):
+    """Multiplies the representation by a constant ``alpha`` (the branch scale of a
+    residual block, the sign of a difference): :math:`K' = \\alpha^2 K`,
     :math:`\\Theta' = \\alpha^2 \\Theta`."""
 
     alpha: float
@@ -621,8 +663,8 @@ class _Scale(Layer):
         generator: torch.Generator | None,
         dtype: torch.dtype,
         device: torch.device | str | None,
-    ) -> nn.Module:  # pragma: no cover - Residual builds a ResidualBlock
-        raise NtklabValueError("_Scale: expected to be built by Residual")
+    ) -> nn.Module:
+        return ScaleLayer(self.alpha)
 
 
 @dataclass(frozen=True)
@@ -666,7 +708,7 @@ class Residual(GraphLayer):
         object.__setattr__(self, "branch", layers)
         if not isinstance(self.scale, int | float) or not math.isfinite(self.scale):
             raise NtklabValueError(f"scale: expected a finite float, got {self.scale!r}")
-        graph = Parallel(((Identity(),), (*layers, _Scale(float(self.scale)))))
+        graph = Parallel(((Identity(),), (*layers, Scale(float(self.scale)))))
         object.__setattr__(self, "_graph", graph)
 
     @property
