@@ -37,9 +37,9 @@ DEPTH = 5
 
 
 def architecture(pool: bool) -> nl.Architecture:
-    block = [Conv((3, 3), w_std=math.sqrt(2.0), b_std=0.1), nl.Relu()]
+    block = [Conv(filter_shape=(3, 3), w_std=math.sqrt(2.0), b_std=0.1), nl.Relu()]
     top = GlobalAvgPool() if pool else Flatten()
-    return nl.serial(*(block * DEPTH), top, nl.Dense(math.sqrt(2.0), 0.1))
+    return nl.serial(*(block * DEPTH), top, nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
 
 
 def best_of(fn: Callable[[], object], repeats: int = 3) -> float:

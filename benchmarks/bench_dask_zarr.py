@@ -1,6 +1,6 @@
 """Write an n x n NTK Gram matrix to zarr through Dask; report peak memory and throughput.
 
-Architecture: Dense(1.5, 0.1) + Relu + Dense(1.5, 0.1) + Relu + Dense(1.5, 0.1), float32 inputs of
+Architecture: Dense(w_std=1.5, b_std=0.1) + Relu + Dense(w_std=1.5, b_std=0.1) + Relu + Dense(w_std=1.5, b_std=0.1), float32 inputs of
 dimension d on the unit-variance Gaussian. The matrix is tiled in ``chunk x chunk`` tiles
 (:func:`ntklab.distributed.kernel_to_zarr`), computed by Dask's threaded scheduler with
 ``--threads`` threads (torch set to one thread each) and written to a zarr array on disk.
@@ -42,7 +42,11 @@ from ntklab.distributed import kernel_to_zarr
 
 def _arch() -> nl.kernels.Architecture:
     return nl.serial(
-        nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1)
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.5, b_std=0.1),
     )
 
 

@@ -58,8 +58,8 @@ ANCHORS = {
 
 
 def mlp() -> nn.Module:
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    arch = nl.serial(block, block, block, nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    arch = nl.serial(block, block, block, nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
     return arch.to_torch(512, 10, in_features=784, generator=torch.Generator().manual_seed(0))
 
 

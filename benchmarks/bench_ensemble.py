@@ -77,7 +77,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     m, n, d, width, steps = args.members, args.n, args.d, args.width, args.steps
     gen = torch.Generator().manual_seed(0)
-    arch = nl.serial(nl.Dense(1.0, None), nl.Tanh(), nl.Dense(1.0, None))
+    arch = nl.serial(nl.Dense(w_std=1.0, b_std=None), nl.Tanh(), nl.Dense(w_std=1.0, b_std=None))
     ens = ensemble(arch, m, width, in_features=d, generator=gen)
     x = torch.randn(n, d, generator=gen)
     y = torch.randn(n, 1, generator=gen)

@@ -50,8 +50,8 @@ ANCHOR_S = (9.4, 10.0)  # neural-tangents float64, n = 4000: quoted, not measure
 
 
 def architecture() -> nl.Architecture:
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    return nl.serial(*([block] * DEPTH), nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    return nl.serial(*([block] * DEPTH), nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:

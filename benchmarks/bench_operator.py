@@ -40,8 +40,8 @@ def mlp(widths: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.nn.Modu
     if len(hidden) != 1:
         raise ValueError(f"widths: expected equal hidden widths, got {widths}")
     depth = len(widths) - 1
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    arch = nl.serial(*([block] * (depth - 1)), nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    arch = nl.serial(*([block] * (depth - 1)), nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
     return arch.to_torch(
         hidden.pop(),
         widths[-1],

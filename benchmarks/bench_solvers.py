@@ -65,7 +65,9 @@ def main() -> None:
         args.n, generator=gen, dtype=torch.float64
     )
     yt = torch.sin(3 * xt @ w / args.d**0.5)
-    arch = nl.serial(*([nl.Dense(1.5, 0.1), nl.Relu()] * args.depth), nl.Dense(1.5))
+    arch = nl.serial(
+        *([nl.Dense(w_std=1.5, b_std=0.1), nl.Relu()] * args.depth), nl.Dense(w_std=1.5)
+    )
     ridge = args.ridge if args.ridge is not None else args.n**0.5
     op = kernel_operator(
         arch,

@@ -38,11 +38,19 @@ def check(device: torch.device) -> None:
     x1 = torch.randn(64, 7, dtype=torch.float64, generator=gen)
     x2 = torch.randn(33, 7, dtype=torch.float64, generator=gen)
     archs = {
-        "relu": nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1)),
-        "erf-gelu": nl.serial(
-            nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.1, 0.1), nl.Gelu(), nl.Dense(1.0)
+        "relu": nl.serial(
+            nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1)
         ),
-        "tanh": nl.serial(nl.Dense(1.0, 0.1), nl.Tanh(), nl.Dense(1.0, 0.1)),
+        "erf-gelu": nl.serial(
+            nl.Dense(w_std=1.2, b_std=0.2),
+            nl.Erf(),
+            nl.Dense(w_std=1.1, b_std=0.1),
+            nl.Gelu(),
+            nl.Dense(w_std=1.0),
+        ),
+        "tanh": nl.serial(
+            nl.Dense(w_std=1.0, b_std=0.1), nl.Tanh(), nl.Dense(w_std=1.0, b_std=0.1)
+        ),
     }
     for name, arch in archs.items():
         ref = arch.kernel(x1, x2)
@@ -109,7 +117,7 @@ def check_empirical(device: torch.device) -> None:
 
 
 def archs_relu() -> nl.Architecture:
-    return nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    return nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
 
 
 def x1_small(device: torch.device) -> torch.Tensor:
@@ -117,8 +125,8 @@ def x1_small(device: torch.device) -> torch.Tensor:
 
 
 def bench(device: torch.device, n: int) -> None:
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    arch = nl.serial(*([block] * 10), nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    arch = nl.serial(*([block] * 10), nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
     print(f"\n| d | dtype | ntklab s | floor s | ratio |  (n = {n}, {device})")
     print("|---|---|---|---|---|")
     for d in (10, 784):

@@ -15,7 +15,13 @@ from ntklab.analysis import concentration, fit_power_law, ntk_sup_distance
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
 F64 = torch.float64
-ARCH = nl.serial(nl.Dense(1.2, 0.1), nl.Erf(), nl.Dense(1.0, 0.2), nl.Tanh(), nl.Dense(1.0, 0.1))
+ARCH = nl.serial(
+    nl.Dense(w_std=1.2, b_std=0.1),
+    nl.Erf(),
+    nl.Dense(w_std=1.0, b_std=0.2),
+    nl.Tanh(),
+    nl.Dense(w_std=1.0, b_std=0.1),
+)
 
 
 def test_docstring_examples() -> None:

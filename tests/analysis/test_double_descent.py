@@ -229,7 +229,7 @@ def test_many_features_approach_arccos_kernel_regression(gen: torch.Generator) -
         torch.randn(10, d, dtype=F64, generator=gen),
     )
     y = torch.sin(x.sum(dim=1))
-    arch = nl.serial(nl.Dense(1.0, None), nl.Relu(), nl.Dense(1.0, None))
+    arch = nl.serial(nl.Dense(w_std=1.0, b_std=None), nl.Relu(), nl.Dense(w_std=1.0, b_std=None))
     k = arch.kernel(x).nngp
     kt = arch.kernel(xt, x).nngp
     krr = kt @ torch.linalg.solve(k + n * lam * torch.eye(n, dtype=F64), y)

@@ -455,8 +455,10 @@ def test_image_loaders_are_channels_first_for_conv_kernels(tmp_path: Path) -> No
         "cifar10": load_cifar10(tmp_path / "cifar", dtype=F64).x[:3],
     }
     channels = {"digits": 1, "mnist": 1, "cifar10": 3}
-    cnn = nl.serial(nl.kernels.Conv((3, 3), w_std=1.4), nl.Relu(), nl.kernels.GlobalAvgPool())
+    cnn = nl.serial(
+        nl.kernels.Conv(filter_shape=(3, 3), w_std=1.4), nl.Relu(), nl.kernels.GlobalAvgPool()
+    )
     for name, x in batches.items():
         assert x.shape[1] == channels[name], name
-        k = nl.serial(cnn, nl.Dense(1.0)).kernel(x)
+        k = nl.serial(cnn, nl.Dense(w_std=1.0)).kernel(x)
         assert bool(torch.isfinite(k.ntk).all())

@@ -352,7 +352,9 @@ def test_estimate_capacity_closed_forms() -> None:
 
 
 def test_estimate_capacity_relu_ntk_on_the_circle() -> None:
-    arch = serial(Dense(1.0), Relu(), Dense(1.0))  # one hidden layer, no bias: parity zeros
+    arch = serial(
+        Dense(w_std=1.0), Relu(), Dense(w_std=1.0)
+    )  # one hidden layer, no bias: parity zeros
     mu = circle_eigenvalues(profile_from_architecture(arch, 2), 512)
     assert float(mu[3].abs()) < 1e-12 * float(mu.max())
     fit = estimate_capacity(mu)
@@ -365,7 +367,9 @@ def test_estimate_capacity_relu_ntk_on_the_circle() -> None:
 
 @pytest.mark.parametrize("beta", [0.5, 1.0])
 def test_source_condition_target_on_the_circle(beta: float) -> None:
-    arch = serial(Dense(1.0, b_std=0.1), Relu(), Dense(1.0, b_std=0.1), Relu(), Dense(1.0))
+    arch = serial(
+        Dense(w_std=1.0, b_std=0.1), Relu(), Dense(w_std=1.0, b_std=0.1), Relu(), Dense(w_std=1.0)
+    )
     mu = circle_eigenvalues(profile_from_architecture(arch, 2), 256)
     t = source_condition_target(mu, beta, generator=torch.Generator().manual_seed(0))
     assert isinstance(t.function, TrigPolynomial)

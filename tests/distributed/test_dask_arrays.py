@@ -36,7 +36,13 @@ def client() -> Iterator[Any]:
 
 
 def _arch() -> nl.kernels.Architecture:
-    return nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.0))
+    return nl.serial(
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.2, b_std=0.2),
+        nl.Erf(),
+        nl.Dense(w_std=1.0),
+    )
 
 
 def test_import_ntklab_does_not_import_dask() -> None:

@@ -11,7 +11,11 @@ F64 = torch.float64
 @pytest.fixture
 def arch() -> nl.Architecture:
     return nl.serial(
-        nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.2, 0.05)
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Erf(),
+        nl.Dense(w_std=1.2, b_std=0.05),
     )
 
 

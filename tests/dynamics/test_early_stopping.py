@@ -35,8 +35,8 @@ def _mercer_kernel(a: torch.Tensor, b: torch.Tensor, mu: torch.Tensor) -> torch.
 
 
 def _relu_arch() -> nl.Architecture:
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.0), nl.Relu())
-    return nl.serial(block, block, nl.Dense(math.sqrt(2.0), 0.0))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.0), nl.Relu())
+    return nl.serial(block, block, nl.Dense(w_std=math.sqrt(2.0), b_std=0.0))
 
 
 def test_stopping_time_closed_form() -> None:

@@ -21,7 +21,7 @@ F64 = torch.float64
 
 
 def _small() -> KernelRegressor:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     return KernelRegressor(arch, ridge=1e-3)
 
 

@@ -17,7 +17,11 @@ F64 = torch.float64
 
 def network(seed: int = 0) -> nn.Module:
     arch = nl.serial(
-        nl.Dense(1.5, 0.1), nl.Tanh(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.0, 0.1)
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Tanh(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.0, b_std=0.1),
     )
     g = torch.Generator().manual_seed(seed)
     return arch.to_torch(32, in_features=3, generator=g, dtype=F64)

@@ -25,7 +25,13 @@ def arch() -> nl.Architecture:
     layers = []
     for spec in REF["architecture"]:
         if spec["layer"] == "Dense":
-            layers.append(nl.Dense(spec["w_std"], spec["b_std"], spec["parameterization"]))
+            layers.append(
+                nl.Dense(
+                    w_std=spec["w_std"],
+                    b_std=spec["b_std"],
+                    parameterization=spec["parameterization"],
+                )
+            )
         else:
             layers.append(getattr(nl, spec["layer"])())
     return nl.serial(*layers)

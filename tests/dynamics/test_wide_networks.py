@@ -15,7 +15,13 @@ F64 = torch.float64
 
 
 def test_trained_network_tracks_the_analytic_prediction_and_the_gap_shrinks_with_width() -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.0))
+    arch = nl.serial(
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Erf(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.0),
+    )
     g = torch.Generator().manual_seed(0)
     x = torch.randn(10, 3, generator=g, dtype=F64)
     xt = torch.randn(6, 3, generator=g, dtype=F64)
@@ -54,7 +60,7 @@ def test_trained_network_tracks_the_analytic_prediction_and_the_gap_shrinks_with
 def test_trained_ensembles_approach_the_gaussian_process_g_t() -> None:
     # M networks trained together (ntklab.nets.train_ensemble); their outputs' mean and
     # covariance at a test point approach the closed-form G_t of the same discrete GD.
-    arch = nl.serial(nl.Dense(1.0, None), nl.Erf(), nl.Dense(1.0, None))
+    arch = nl.serial(nl.Dense(w_std=1.0, b_std=None), nl.Erf(), nl.Dense(w_std=1.0, b_std=None))
     g = torch.Generator().manual_seed(2)
     x = torch.randn(8, 3, generator=g, dtype=F64)
     xt = torch.randn(3, 3, generator=g, dtype=F64)

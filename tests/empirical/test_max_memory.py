@@ -96,7 +96,7 @@ def test_other_empirical_kernels_refuse_too(small_policy: int) -> None:
     with pytest.raises(NtklabValueError, match=r"max_memory: expected at least the 32,000,000"):
         nl.empirical.nngp(_net(1).double(), x)  # 2000^2 float64
     nl.empirical.nngp(_net(1).double(), x[:500])  # 2 MB fits
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     with pytest.raises(NtklabValueError, match=r"max_memory: expected at least [\d,]+ bytes"):
         monte_carlo_kernel(arch, x, width=8, n_samples=2)
     mc = monte_carlo_kernel(arch, x[:20], width=8, n_samples=4, max_memory=2**20)

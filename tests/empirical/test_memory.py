@@ -14,8 +14,8 @@ import pytest
 
 MLP_SETUP = """
 import math, ntklab as nl
-block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-arch = nl.serial(block, block, block, nl.Dense(math.sqrt(2.0), 0.1))
+block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+arch = nl.serial(block, block, block, nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
 net = arch.to_torch(512, 10, in_features=784)
 x = torch.randn({n}, 784)
 nl.empirical.ntk(net, x[:2])  # one-time costs (lazy imports, code pages) are not the call's

@@ -15,10 +15,16 @@ import ntklab as nl
 from conftest import F64, mlp3, naive_ntk
 from ntklab.empirical.monte_carlo import MonteCarloKernel, monte_carlo_kernel, nngp
 from ntklab.errors import NtklabTypeError, NtklabValueError
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import KernelState
-from ntklab.kernels.layers import Layer
 
-ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.5, 0.1))
+ARCH = nl.serial(
+    nl.Dense(w_std=1.5, b_std=0.1),
+    nl.Relu(),
+    nl.Dense(w_std=1.2, b_std=0.2),
+    nl.Erf(),
+    nl.Dense(w_std=1.5, b_std=0.1),
+)
 
 
 @pytest.fixture(scope="module")
@@ -275,3 +281,40 @@ def test_monte_carlo_bad_input(x: Tensor) -> None:
         monte_carlo_kernel(ARCH, x, x.float(), width=8, n_samples=2)
     with pytest.raises(NtklabValueError, match="x2: expected the device of x1"):
         monte_carlo_kernel(ARCH, x, x.to("meta"), width=8, n_samples=2)
+
+
+def test_module_factory_draws_the_same_networks_as_the_architecture() -> None:
+    """A factory returning ``arch.to_torch(...)`` from one generator gives exactly the
+    estimate of the architecture itself with the same generator (the same networks)."""
+    arch = nl.serial(nl.Dense(w_std=1.4, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.0, b_std=0.1))
+    x1 = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x2 = torch.randn(2, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    ref = monte_carlo_kernel(
+        arch, x1, x2, width=64, n_samples=6, generator=torch.Generator().manual_seed(3)
+    )
+    g = torch.Generator().manual_seed(3)
+
+    def make() -> nn.Module:
+        return arch.to_torch(64, in_features=3, generator=g, dtype=torch.float64)
+
+    got = monte_carlo_kernel(make, x1, x2, n_samples=6)
+    torch.testing.assert_close(got.ntk, ref.ntk)
+    torch.testing.assert_close(got.nngp, ref.nngp)
+    assert got.width is None and got.out_features == 1
+
+
+def test_module_factory_of_an_image_model_and_refusals() -> None:
+    x = torch.randn(3, 2, 5, 5, generator=torch.Generator().manual_seed(0))
+
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(2, 8, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
+
+    mc = monte_carlo_kernel(make, x, n_samples=3)
+    assert mc.ntk.shape == (3, 3) and mc.out_features == 2
+    assert bool((mc.ntk.diagonal() > 0).all())
+    with pytest.raises(NtklabTypeError, match="got the module Sequential itself"):
+        monte_carlo_kernel(make(), x, n_samples=3)  # type: ignore[arg-type]
+    with pytest.raises(NtklabValueError, match="width: expected None with a module factory"):
+        monte_carlo_kernel(make, x, width=8, n_samples=3)
+    with pytest.raises(NtklabTypeError, match="returns int"):
+        monte_carlo_kernel(lambda: 3, x, n_samples=3)  # type: ignore[arg-type, return-value]

@@ -34,9 +34,9 @@ def build(spec: list[dict[str, Any]]) -> list[nl.kernels.Layer]:
         if kind == "Conv":
             layers.append(
                 Conv(
-                    tuple(layer["filter"]),
-                    tuple(layer["strides"]),
-                    layer["padding"],
+                    filter_shape=tuple(layer["filter"]),
+                    strides=tuple(layer["strides"]),
+                    padding=layer["padding"],
                     w_std=layer["w_std"],
                     b_std=layer["b_std"],
                     parameterization=layer["parameterization"],
@@ -46,8 +46,8 @@ def build(spec: list[dict[str, Any]]) -> list[nl.kernels.Layer]:
         elif kind == "Dense":
             layers.append(
                 nl.Dense(
-                    layer["w_std"],
-                    layer["b_std"],
+                    w_std=layer["w_std"],
+                    b_std=layer["b_std"],
                     parameterization=layer["parameterization"],
                     width=layer["width"],
                 )
@@ -91,12 +91,12 @@ def test_parity_with_neural_tangents(case: dict[str, Any]) -> None:
 def _cnn(pool: bool) -> nl.Architecture:
     top = [GlobalAvgPool()] if pool else [Flatten()]
     return nl.serial(
-        Conv((3, 3), w_std=1.4, b_std=0.1),
+        Conv(filter_shape=(3, 3), w_std=1.4, b_std=0.1),
         nl.Relu(),
-        Conv((3, 3), (2, 2)),
+        Conv(filter_shape=(3, 3), strides=(2, 2)),
         nl.Relu(),
         *top,
-        nl.Dense(1.0, 0.1),
+        nl.Dense(w_std=1.0, b_std=0.1),
     )
 
 
@@ -134,7 +134,7 @@ def test_input_kernel_conv_1x1_and_global_pool_closed_form() -> None:
     """Conv 1x1 (no bias) then global pooling: w^2 * mean over all position pairs of
     <x_h, x'_h'>/C, i.e. w^2 <mean_h x, mean_h' x'>/C."""
     x1, x2 = _x(3), _x(4, 1)
-    k = nl.serial(Conv((1, 1), w_std=1.7, b_std=None), GlobalAvgPool()).kernel(x1, x2)
+    k = nl.serial(Conv(filter_shape=(1, 1), w_std=1.7, b_std=None), GlobalAvgPool()).kernel(x1, x2)
     m1, m2 = x1.mean(dim=(2, 3)), x2.mean(dim=(2, 3))
     torch.testing.assert_close(k.nngp, 1.7**2 * m1 @ m2.T / 2)
 
@@ -142,12 +142,16 @@ def test_input_kernel_conv_1x1_and_global_pool_closed_form() -> None:
 def test_residual_scale_equals_scaled_last_layer() -> None:
     """alpha g, g ending in Conv(w, b), has the kernel of g ending in Conv(alpha w, alpha b)."""
     x = _x(3)
-    head = [nl.Relu(), GlobalAvgPool(), nl.Dense(1.0)]
+    head = [nl.Relu(), GlobalAvgPool(), nl.Dense(w_std=1.0)]
     scaled = nl.serial(
-        Conv((3, 3)), Residual([nl.Relu(), Conv((3, 3), w_std=1.2, b_std=0.3)], 0.4), *head
+        Conv(filter_shape=(3, 3)),
+        Residual([nl.Relu(), Conv(filter_shape=(3, 3), w_std=1.2, b_std=0.3)], 0.4),
+        *head,
     )
     folded = nl.serial(
-        Conv((3, 3)), Residual([nl.Relu(), Conv((3, 3), w_std=0.48, b_std=0.12)]), *head
+        Conv(filter_shape=(3, 3)),
+        Residual([nl.Relu(), Conv(filter_shape=(3, 3), w_std=0.48, b_std=0.12)]),
+        *head,
     )
     torch.testing.assert_close(scaled.kernel(x).ntk, folded.kernel(x).ntk)
 
@@ -156,14 +160,26 @@ def test_gradients_flow_to_inputs_and_scales() -> None:
     w = torch.tensor(1.3, dtype=F64, requires_grad=True)
     x = _x(2).requires_grad_(True)
     arch = nl.serial(
-        Conv((3, 3), w_std=w), nl.Relu(), AvgPool((2, 2)), GlobalAvgPool(), nl.Dense(1.0)
+        Conv(filter_shape=(3, 3), w_std=w),
+        nl.Relu(),
+        AvgPool((2, 2)),
+        GlobalAvgPool(),
+        nl.Dense(w_std=1.0),
     )
     k = arch.kernel(x)
     gx, gw = torch.autograd.grad(k.ntk.sum(), (x, w))
     assert torch.isfinite(gx).all() and gx.abs().sum() > 0
     eps = 1e-6
-    plus = nl.serial(Conv((3, 3), w_std=1.3 + eps), *arch.layers[1:]).kernel(x.detach()).ntk.sum()
-    minus = nl.serial(Conv((3, 3), w_std=1.3 - eps), *arch.layers[1:]).kernel(x.detach()).ntk.sum()
+    plus = (
+        nl.serial(Conv(filter_shape=(3, 3), w_std=1.3 + eps), *arch.layers[1:])
+        .kernel(x.detach())
+        .ntk.sum()
+    )
+    minus = (
+        nl.serial(Conv(filter_shape=(3, 3), w_std=1.3 - eps), *arch.layers[1:])
+        .kernel(x.detach())
+        .ntk.sum()
+    )
     torch.testing.assert_close(gw, (plus - minus) / (2 * eps), rtol=1e-5, atol=1e-8)
 
 
@@ -190,22 +206,24 @@ def test_bad_inputs_and_layers() -> None:
     with pytest.raises(NtklabTypeError, match=r"x1: expected a torch\.Tensor"):
         arch.kernel([[1.0]])  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="Dense: expected a flat"):
-        nl.serial(Conv((3, 3)), nl.Dense(1.0)).kernel(_x(2))
+        nl.serial(Conv(filter_shape=(3, 3)), nl.Dense(w_std=1.0)).kernel(_x(2))
     with pytest.raises(NtklabValueError, match="expected an architecture whose output is flat"):
-        nl.serial(Conv((3, 3)), nl.Relu()).kernel(_x(2))
+        nl.serial(Conv(filter_shape=(3, 3)), nl.Relu()).kernel(_x(2))
     with pytest.raises(NtklabValueError, match=r"Conv: expected a spatial size of at least 5"):
-        nl.serial(Conv((5, 5), padding="VALID"), Flatten()).kernel(_x(2, size=4))
+        nl.serial(Conv(filter_shape=(5, 5), padding="VALID"), Flatten()).kernel(_x(2, size=4))
     with pytest.raises(NtklabValueError, match="LayerNorm: expected zero-mean Gaussian"):
-        nl.serial(Conv((3, 3)), nl.Relu(), LayerNorm(), Flatten()).kernel(_x(2))
+        nl.serial(Conv(filter_shape=(3, 3)), nl.Relu(), LayerNorm(), Flatten()).kernel(_x(2))
     with pytest.raises(NtklabValueError, match="Residual: expected a branch that ends with"):
-        nl.serial(Conv((3, 3)), Residual([Conv((3, 3)), nl.Relu()]), Flatten()).kernel(_x(2))
+        nl.serial(
+            Conv(filter_shape=(3, 3)), Residual([Conv(filter_shape=(3, 3)), nl.Relu()]), Flatten()
+        ).kernel(_x(2))
     with pytest.raises(NtklabValueError, match=r"layers\[1\]: expected LayerNorm\(affine=True\)"):
-        nl.serial(Conv((3, 3)), LayerNorm(affine=True), nl.Relu())
+        nl.serial(Conv(filter_shape=(3, 3)), LayerNorm(affine=True), nl.Relu())
     with pytest.raises(NtklabValueError, match="padding: expected 'SAME', 'VALID', 'CIRCULAR'"):
-        Conv((3, 3), padding="FULL")  # type: ignore[arg-type]
+        Conv(filter_shape=(3, 3), padding="FULL")  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="strides: expected 2 entries"):
-        Conv((3, 3), strides=(1, 1, 1))
+        Conv(filter_shape=(3, 3), strides=(1, 1, 1))
     with pytest.raises(NtklabValueError, match="rate: expected a float in"):
         Dropout(1.5)
     with pytest.raises(NtklabValueError, match="layers: expected Conv/AvgPool layers of one"):
-        nl.serial(Conv((3,)), AvgPool((2, 2)), Flatten()).kernel(_x(2))
+        nl.serial(Conv(filter_shape=(3,)), AvgPool((2, 2)), Flatten()).kernel(_x(2))

@@ -40,7 +40,13 @@ def _slope(widths: list[int], errors: list[float]) -> float:
     return float(np.polyfit(np.log(widths), np.log(errors), 1)[0])
 
 
-ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Erf(), nl.Dense(1.5, 0.1))
+ARCH = nl.serial(
+    nl.Dense(w_std=1.5, b_std=0.1),
+    nl.Relu(),
+    nl.Dense(w_std=1.2, b_std=0.2),
+    nl.Erf(),
+    nl.Dense(w_std=1.5, b_std=0.1),
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +90,7 @@ def test_readout_nngp_error_falls_like_inverse_sqrt_width(x: torch.Tensor) -> No
 
 
 def test_output_covariance_over_seeds_matches_nngp(x: torch.Tensor) -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     k = arch.kernel(x)
     seeds = 3000
     with torch.no_grad():
@@ -106,11 +112,11 @@ def test_output_covariance_over_seeds_matches_nngp(x: torch.Tensor) -> None:
 def test_standard_parameterization_network_matches_its_kernel(x: torch.Tensor) -> None:
     def arch(width: int) -> nl.Architecture:
         return nl.serial(
-            nl.Dense(1.3, 0.2, "standard", width=width),
+            nl.Dense(w_std=1.3, b_std=0.2, parameterization="standard", width=width),
             nl.Relu(),
-            nl.Dense(1.3, 0.2, "standard", width=width),
+            nl.Dense(w_std=1.3, b_std=0.2, parameterization="standard", width=width),
             nl.Relu(),
-            nl.Dense(1.3, 0.2, "standard"),
+            nl.Dense(w_std=1.3, b_std=0.2, parameterization="standard"),
         )
 
     widths = [64, 256, 1024, 4096]
@@ -130,7 +136,7 @@ def test_standard_parameterization_network_matches_its_kernel(x: torch.Tensor) -
 
 
 def test_to_torch_structure_and_lazy_input() -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, None))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=None))
     net = arch.to_torch(width=16, out_features=3)
     y = net(torch.randn(4, 5))
     assert y.shape == (4, 3)

@@ -191,7 +191,9 @@ def test_explicit_scales_per_path() -> None:
 
     arch = from_torch(model, w_std={"0": 1.5, "2": 1.0}, b_std={"0": 0.2, "2": 0.1})
     expected = nl.serial(
-        nl.Dense(1.5, 0.2, "standard", width=2 * W), nl.Relu(), nl.Dense(1.0, 0.1, "standard")
+        nl.Dense(w_std=1.5, b_std=0.2, parameterization="standard", width=2 * W),
+        nl.Relu(),
+        nl.Dense(w_std=1.0, b_std=0.1, parameterization="standard"),
     )
     torch.testing.assert_close(arch.kernel(x).ntk, expected.kernel(x).ntk)
     k = arch.kernel(x)
@@ -205,16 +207,16 @@ def test_explicit_scales_per_path() -> None:
 
 def test_to_torch_round_trip_gives_the_same_kernel() -> None:
     arch = nl.serial(
-        Conv((3, 3), w_std=1.4, b_std=0.1),
-        Residual([nl.Relu(), Conv((3, 3), w_std=1.2)], scale=0.5),
+        Conv(filter_shape=(3, 3), w_std=1.4, b_std=0.1),
+        Residual([nl.Relu(), Conv(filter_shape=(3, 3), w_std=1.2)], scale=0.5),
         LayerNorm("all", eps=1e-3),
         nl.Relu(),
         AvgPool((2, 2)),
-        Conv((3, 3), padding="CIRCULAR", b_std=None),
+        Conv(filter_shape=(3, 3), padding="CIRCULAR", b_std=None),
         nl.Gelu(),
         Dropout(0.1),
         GlobalAvgPool(),
-        nl.Dense(1.3, 0.1),
+        nl.Dense(w_std=1.3, b_std=0.1),
     )
     net = arch.to_torch(width=8, dtype=F64)
     x = _images()
@@ -256,7 +258,7 @@ def test_unsupported_modules_name_the_module_and_path(
         from_torch(model)
 
 
-def test_custom_forward_is_rejected() -> None:
+def test_custom_forward_is_read_or_rejected() -> None:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -265,8 +267,17 @@ def test_custom_forward_is_rejected() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(x) * 2
 
-    with pytest.raises(NtklabValueError, match=r"Net \(the model itself\): it has its own forward"):
-        from_torch(Net())
+    class Abs(Net):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).abs()
+
+    x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    net = Net()
+    twice, once = from_torch(net).kernel(x), from_torch(net.fc).kernel(x)
+    torch.testing.assert_close(twice.ntk, 4 * once.ntk)  # (2 f)(x) (2 f)(x') = 4 f f'
+    torch.testing.assert_close(twice.nngp, 4 * once.nngp)
+    with pytest.raises(NtklabValueError, match=r"Abs \(the model itself\): its forward calls"):
+        from_torch(Abs())
     with pytest.raises(NtklabTypeError, match=r"module: expected a torch\.nn\.Module"):
         from_torch("net")  # type: ignore[arg-type]
 
@@ -305,14 +316,104 @@ def test_residual_modules_with_their_own_forward_are_read_by_tracing(scale: floa
     torch.testing.assert_close(read.kernel(x).ntk, same.kernel(x).ntk, rtol=1e-12, atol=0)
 
 
-def test_traced_forward_that_is_not_a_residual_chain_is_rejected() -> None:
-    class Gate(nn.Module):
+def test_sum_of_the_same_value_is_rejected() -> None:
+    class Square(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * x  # not a product of independent branches
+
+    with pytest.raises(NtklabValueError, match=r"Square at path '1'.*share all their weights"):
+        from_torch(nn.Sequential(nn.Linear(3, 4), Square(), nn.Linear(4, 1)))
+    with pytest.raises(NtklabValueError, match=r"at most one branch without parameters"):
+        nl.serial(
+            nl.Dense(),
+            nl.kernels.FanOut(2),
+            nl.kernels.parallel(nl.Identity(), nl.Identity()),
+            nl.kernels.FanInSum(),
+        )
+
+
+# ------------------------------------------------------------- forwards read as graphs (fx)
+
+W_GRAPH = 256
+
+
+class _DiffBlock(nn.Module):
+    """relu(2 x - f(x)): a difference, a constant factor and a function applied to a sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.f = nn.Sequential(nn.ReLU(), nn.Linear(W_GRAPH, W_GRAPH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(2 * x - self.f(x))
+
+
+class _MixBlock(nn.Module):
+    """cat([a(x), b(tanh x)], 1) * c(x): a concatenation inside a product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(W_GRAPH, W_GRAPH // 2)
+        self.b = nn.Linear(W_GRAPH, W_GRAPH // 2)
+        self.c = nn.Linear(W_GRAPH, W_GRAPH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.a(x), self.b(torch.tanh(x))], dim=1) * self.c(x)
+
+
+def _gaussian_model(block: type[nn.Module]) -> nn.Module:
+    """Linear -> block -> Linear -> ReLU -> Linear with Gaussian weights N(0, 1.2^2 / fan_in) and
+    biases N(0, 0.1^2), float64."""
+    model = nn.Sequential(
+        nn.Linear(5, W_GRAPH),
+        block(),
+        nn.Linear(W_GRAPH, W_GRAPH),
+        nn.ReLU(),
+        nn.Linear(W_GRAPH, 1),
+    )
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 1.2 / m.in_features**0.5)
+            nn.init.normal_(m.bias, 0.0, 0.1)
+    return model.double()
+
+
+@pytest.mark.parametrize("block", [_DiffBlock, _MixBlock], ids=["difference", "concat_product"])
+def test_traced_graph_forward_matches_monte_carlo(block: type[nn.Module]) -> None:
+    """A forward with sums, differences, constant factors, functions of sums, concatenation
+    and products is read as a graph; its kernel matches the Monte Carlo average of the
+    module itself (5 standard errors plus 4% of the kernel's scale)."""
+    arch = from_torch(_gaussian_model(block), w_std=1.2, b_std=0.1)
+    x1 = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x2 = torch.randn(2, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(5)
+    mc = nl.empirical.monte_carlo_kernel(lambda: _gaussian_model(block), x1, x2, n_samples=16)
+    k = arch.kernel(x1, x2)
+    for got, se, want in ((mc.ntk, mc.ntk_stderr, k.ntk), (mc.nngp, mc.nngp_stderr, k.nngp)):
+        bound = 5 * se + 0.04 * want.abs().max()
+        assert ((got - want).abs() <= bound).all(), (got, want, se)
+
+
+def test_traced_graph_errors_name_the_module_path() -> None:
+    class AddsOne(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Linear(4, 4)
+            self.f = nn.Linear(4, 4)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + torch.tanh(self.fc(x)) * x  # not x + c * chain(x)
+            return self.f(x) + 1.0
 
-    with pytest.raises(NtklabValueError, match=r"Gate at path '1': it has its own forward"):
-        from_torch(nn.Sequential(nn.Linear(3, 4), Gate()))
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.f = nn.Linear(4, 4)
+            self.g = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.f(x)
+            return self.g(h) + self.g(x)
+
+    with pytest.raises(NtklabValueError, match=r"AddsOne at path '1'.*adds a constant"):
+        from_torch(nn.Sequential(nn.Linear(3, 4), AddsOne()))
+    with pytest.raises(NtklabValueError, match=r"Shared at path '1'.*submodule g is called"):
+        from_torch(nn.Sequential(nn.Linear(3, 4), Shared()))

@@ -24,8 +24,8 @@ from torch import Tensor, nn
 import ntklab as nl
 from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ntklab.kernels import _fused
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import Kernel, KernelState
-from ntklab.kernels.layers import Layer
 
 F32, F64 = torch.float32, torch.float64
 # elementwise tolerance, plus the same times the largest entry (entries that cancel to ~0)
@@ -72,8 +72,8 @@ def _assert_matches(fused: Kernel, eager: Kernel, rtol: float) -> None:
 
 
 def _relu_net(depth: int, b_std: float | None) -> nl.Architecture:
-    pairs = [layer for _ in range(depth) for layer in (nl.Relu(), nl.Dense(1.4, b_std))]
-    return nl.serial(nl.Dense(1.5, b_std), *pairs)
+    pairs = [layer for _ in range(depth) for layer in (nl.Relu(), nl.Dense(w_std=1.4, b_std=b_std))]
+    return nl.serial(nl.Dense(w_std=1.5, b_std=b_std), *pairs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,20 +186,20 @@ def test_mixed_architecture_runs_and_eager_layers(
     x1 = torch.randn(30, 4, dtype=F64, generator=torch.Generator().manual_seed(7))
     x2 = torch.randn(11, 4, dtype=F64, generator=torch.Generator().manual_seed(8))
     arch = nl.serial(
-        nl.Dense(1.2, 0.1),
+        nl.Dense(w_std=1.2, b_std=0.1),
         nl.Erf(),
-        nl.Dense(1.3, None),
+        nl.Dense(w_std=1.3, b_std=None),
         nl.Relu(),
-        nl.Dense(1.4, 0.2),  # fused: [Dense, Relu, Dense]
+        nl.Dense(w_std=1.4, b_std=0.2),  # fused: [Dense, Relu, Dense]
         nl.Relu(),
-        nl.Dense(torch.tensor(1.3), 0.1),  # tensor scale: eager
+        nl.Dense(w_std=torch.tensor(1.3), b_std=0.1),  # tensor scale: eager
         nl.Relu(),
-        nl.Dense(1.1, 0.1, width=64),  # fused: [Relu, Dense]
+        nl.Dense(w_std=1.1, b_std=0.1, width=64),  # fused: [Relu, Dense]
         nl.Relu(),
-        nl.Dense(1.0, 0.1, parameterization="standard"),  # eager
+        nl.Dense(w_std=1.0, b_std=0.1, parameterization="standard"),  # eager
         nl.Relu(),
         nl.Relu(),
-        nl.Dense(1.2, 0.0),  # fused: [Relu, Dense] after an eager Relu
+        nl.Dense(w_std=1.2, b_std=0.0),  # fused: [Relu, Dense] after an eager Relu
     )
     for b in (None, x2):
         _assert_matches(arch.kernel(x1, b), _eager(monkeypatch, arch, x1, b), RTOL[F64])
@@ -207,8 +207,8 @@ def test_mixed_architecture_runs_and_eager_layers(
 
 
 def test_split_runs() -> None:
-    d, r, e = nl.Dense(1.0), nl.Relu(), nl.Erf()
-    std = nl.Dense(1.0, parameterization="standard")
+    d, r, e = nl.Dense(w_std=1.0), nl.Relu(), nl.Erf()
+    std = nl.Dense(w_std=1.0, parameterization="standard")
     layers = (d, r, d, e, d, r, r, d, r, std, d, r, d, r, d)
     assert _fused.split_runs(layers) == [
         ((d, r, d), True),
@@ -251,8 +251,8 @@ def test_result_does_not_depend_on_the_thread_count(calls: list[int]) -> None:
 def test_100_layer_relu_float32_is_close_to_float64(calls: list[int]) -> None:
     """Max-normalized error <= 1e-4; no NumericalWarning (every clamp is rounding)."""
     x = torch.randn(40, 10, dtype=F64, generator=torch.Generator().manual_seed(2))
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    arch = nl.serial(*([block] * 100), nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    arch = nl.serial(*([block] * 100), nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         k64 = arch.kernel(x)
@@ -287,11 +287,13 @@ def test_correlation_beyond_rounding_warns_like_eager(
     monkeypatch: pytest.MonkeyPatch, calls: list[int]
 ) -> None:
     x = torch.randn(10, 3, dtype=F64, generator=torch.Generator().manual_seed(10))
-    arch = nl.serial(nl.Dense(1.0, 0.0), _Inflate(), nl.Relu(), nl.Dense(1.0, 0.1))
+    arch = nl.serial(
+        nl.Dense(w_std=1.0, b_std=0.0), _Inflate(), nl.Relu(), nl.Dense(w_std=1.0, b_std=0.1)
+    )
     with pytest.warns(NumericalWarning, match="beyond rounding") as record:
         fused = arch.kernel(x)
     assert len(calls) == 1
-    assert record[0].filename.endswith("layers.py")  # attributed to ntklab, as eager's
+    assert record[0].filename.endswith("engine.py")  # attributed to ntklab, as eager's
     with pytest.warns(NumericalWarning, match="beyond rounding"):
         eager = _eager(monkeypatch, arch, x, None)
     _assert_matches(fused, eager, RTOL[F64])

@@ -17,12 +17,14 @@ HALF = [torch.float16, torch.bfloat16]
 def _deep_relu(depth: int) -> nl.kernels.Architecture:
     layers: list[nl.kernels.Layer] = []
     for _ in range(depth):
-        layers += [nl.Dense(1.4, 0.1), nl.Relu()]
-    return nl.serial(*layers, nl.Dense(1.4, 0.1))
+        layers += [nl.Dense(w_std=1.4, b_std=0.1), nl.Relu()]
+    return nl.serial(*layers, nl.Dense(w_std=1.4, b_std=0.1))
 
 
 def _cnn() -> nl.kernels.Architecture:
-    return nl.serial(Conv((3, 3), w_std=1.4), nl.Relu(), Flatten(), nl.Dense(1.0))
+    return nl.serial(
+        Conv(filter_shape=(3, 3), w_std=1.4), nl.Relu(), Flatten(), nl.Dense(w_std=1.0)
+    )
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -64,7 +66,7 @@ def test_conv_kernels_refuse_channels_last_images(shape: tuple[int, ...]) -> Non
     with pytest.raises(NtklabValueError, match=pattern):
         _cnn().kernel(x)
     with pytest.raises(NtklabValueError, match="channels-first"):
-        nl.serial(GlobalAvgPool(), nl.Dense(1.0)).kernel(x)
+        nl.serial(GlobalAvgPool(), nl.Dense(w_std=1.0)).kernel(x)
     with pytest.raises(NtklabValueError, match=r"x2: expected a channels-first"):
         _cnn().kernel(x.permute(0, 3, 1, 2), x)
     # the permuted batch is accepted
@@ -73,7 +75,7 @@ def test_conv_kernels_refuse_channels_last_images(shape: tuple[int, ...]) -> Non
 
 
 def test_channels_last_rule_for_1d_signals() -> None:
-    arch = nl.serial(Conv(3, w_std=1.4), nl.Relu(), Flatten(), nl.Dense(1.0))
+    arch = nl.serial(Conv(filter_shape=3, w_std=1.4), nl.Relu(), Flatten(), nl.Dense(w_std=1.0))
     with pytest.raises(NtklabValueError, match=r"\(n, C, L\).*x1\.permute\(0, 2, 1\)"):
         arch.kernel(torch.randn(2, 50, 1, dtype=F64))
     assert arch.kernel(torch.randn(2, 1, 50, dtype=F64)).ntk.shape == (2, 2)
@@ -86,9 +88,9 @@ def test_channels_last_rule_for_1d_signals() -> None:
 def test_channels_first_images_pass(shape: tuple[int, ...]) -> None:
     """The rule (last axis 1 or 3, every other non-batch axis > 4) leaves ordinary NCHW
     batches alone: small feature maps, 4 trailing entries, few leading channels."""
-    k = nl.serial(Conv((1, 1), w_std=1.4), nl.Relu(), Flatten(), nl.Dense(1.0)).kernel(
-        torch.randn(*shape, dtype=F64)
-    )
+    k = nl.serial(
+        Conv(filter_shape=(1, 1), w_std=1.4), nl.Relu(), Flatten(), nl.Dense(w_std=1.0)
+    ).kernel(torch.randn(*shape, dtype=F64))
     assert k.ntk.shape == (2, 2)
 
 
@@ -103,16 +105,20 @@ def test_finite_network_refuses_channels_last_images() -> None:
     assert net[0].in_channels == 1
     # later layers see (n, width, H, W) and are not checked: width 8, a 9 x 3 map passes
     net = nl.serial(
-        Conv((3, 3), padding="VALID", w_std=1.4), nl.Relu(), Conv((3, 3)), Flatten(), nl.Dense()
+        Conv(filter_shape=(3, 3), padding="VALID", w_std=1.4),
+        nl.Relu(),
+        Conv(filter_shape=(3, 3)),
+        Flatten(),
+        nl.Dense(),
     ).to_torch(width=8, dtype=F64)
     assert net(torch.randn(2, 2, 11, 5, dtype=F64)).shape == (2, 1)
 
 
 def test_a_flat_kernel_that_cannot_fit_max_memory_is_refused_before_computing() -> None:
     import ntklab as nl
-    from ntklab.kernels.layers import FLAT_MATRICES
+    from ntklab.kernels.engine import FLAT_MATRICES
 
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     x = torch.randn(64, 3, dtype=torch.float64)
     needed = FLAT_MATRICES * 64 * 64 * 8
     with pytest.raises(NtklabValueError, match=r"max_memory.*n1 = 64 by n2 = 64.*kernel_operator"):

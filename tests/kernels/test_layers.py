@@ -89,7 +89,7 @@ def _relu_reference(
 def test_depth_one_relu_matches_numpy_formulas() -> None:
     rng = np.random.default_rng(0)
     x1, x2 = rng.normal(size=(6, 4)), rng.normal(size=(5, 4))
-    arch = nl.serial(nl.Dense(1.3, 0.2), nl.Relu(), nl.Dense(1.3, 0.2))
+    arch = nl.serial(nl.Dense(w_std=1.3, b_std=0.2), nl.Relu(), nl.Dense(w_std=1.3, b_std=0.2))
     k = arch.kernel(torch.from_numpy(x1), torch.from_numpy(x2))
     nngp, ntk = _relu_reference(x1, x2, 1.3, 0.2)
     np.testing.assert_allclose(k.nngp.numpy(), nngp, rtol=1e-12)
@@ -98,7 +98,13 @@ def test_depth_one_relu_matches_numpy_formulas() -> None:
 
 def test_kernel_of_x1_alone_is_symmetric_and_matches_explicit_pair() -> None:
     x = torch.randn(7, 3, dtype=F64, generator=torch.Generator().manual_seed(0))
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.0))
+    arch = nl.serial(
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Erf(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.0),
+    )
     k_self, k_pair = arch.kernel(x), arch.kernel(x, x.clone())
     torch.testing.assert_close(k_self.nngp, k_self.nngp.T)
     # identical pairs computed off the diagonal pass have correlation 1 only up to rounding,
@@ -114,7 +120,9 @@ def test_standard_parameterization_ntk_scales_with_width() -> None:
 
     def arch(width: int) -> nl.Architecture:
         return nl.serial(
-            nl.Dense(1.2, 0.1, "standard", width=width), nl.Relu(), nl.Dense(1.2, 0.1, "standard")
+            nl.Dense(w_std=1.2, b_std=0.1, parameterization="standard", width=width),
+            nl.Relu(),
+            nl.Dense(w_std=1.2, b_std=0.1, parameterization="standard"),
         )
 
     k1, k2 = arch(100).kernel(x), arch(200).kernel(x)
@@ -123,17 +131,17 @@ def test_standard_parameterization_ntk_scales_with_width() -> None:
     torch.testing.assert_close(k1.nngp, k2.nngp)
     with pytest.raises(NtklabValueError, match="width"):
         nl.serial(
-            nl.Dense(1.0, parameterization="standard"),
+            nl.Dense(w_std=1.0, parameterization="standard"),
             nl.Relu(),
-            nl.Dense(1.0, parameterization="standard"),
+            nl.Dense(w_std=1.0, parameterization="standard"),
         ).kernel(x)
 
 
 def test_100_layer_relu_float32_is_finite_and_close_to_float64() -> None:
     """Max-normalized error <= 1e-4; no NumericalWarning (every clamp is rounding)."""
     x = torch.randn(40, 10, dtype=F64, generator=torch.Generator().manual_seed(2))
-    block = nl.serial(nl.Dense(math.sqrt(2.0), 0.1), nl.Relu())
-    arch = nl.serial(*([block] * 100), nl.Dense(math.sqrt(2.0), 0.1))
+    block = nl.serial(nl.Dense(w_std=math.sqrt(2.0), b_std=0.1), nl.Relu())
+    arch = nl.serial(*([block] * 100), nl.Dense(w_std=math.sqrt(2.0), b_std=0.1))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         k64 = arch.kernel(x)
@@ -148,7 +156,11 @@ def test_no_grad_and_autograd_paths_agree() -> None:
     x1 = torch.randn(5, 3, dtype=F64, generator=torch.Generator().manual_seed(3))
     x2 = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(4))
     arch = nl.serial(
-        nl.Dense(1.4, 0.3), nl.Relu(), nl.Dense(1.1, 0.2), nl.LeakyRelu(0.1), nl.Dense(1.0, 0.1)
+        nl.Dense(w_std=1.4, b_std=0.3),
+        nl.Relu(),
+        nl.Dense(w_std=1.1, b_std=0.2),
+        nl.LeakyRelu(0.1),
+        nl.Dense(w_std=1.0, b_std=0.1),
     )
     with torch.no_grad():
         fast = arch.kernel(x1, x2)
@@ -162,7 +174,13 @@ def test_gradients_in_inputs_match_finite_differences(act: nl.kernels.Layer) -> 
     gen = torch.Generator().manual_seed(5)
     x1 = torch.randn(3, 2, dtype=F64, generator=gen, requires_grad=True)
     x2 = torch.randn(2, 2, dtype=F64, generator=gen, requires_grad=True)
-    arch = nl.serial(nl.Dense(1.3, 0.2), act, nl.Dense(1.2, 0.1), act, nl.Dense(1.0, 0.1))
+    arch = nl.serial(
+        nl.Dense(w_std=1.3, b_std=0.2),
+        act,
+        nl.Dense(w_std=1.2, b_std=0.1),
+        act,
+        nl.Dense(w_std=1.0, b_std=0.1),
+    )
 
     def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k = arch.kernel(a, b)
@@ -179,14 +197,20 @@ def test_gradients_in_hyperparameters() -> None:
     b = torch.tensor(0.2, dtype=F64, requires_grad=True)
 
     def f(w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        arch = nl.serial(nl.Dense(w, b), nl.Relu(), nl.Dense(w, b), nl.Relu(), nl.Dense(w, b))
+        arch = nl.serial(
+            nl.Dense(w_std=w, b_std=b),
+            nl.Relu(),
+            nl.Dense(w_std=w, b_std=b),
+            nl.Relu(),
+            nl.Dense(w_std=w, b_std=b),
+        )
         return arch.kernel(x).ntk
 
     assert torch.autograd.gradcheck(f, (w, b), eps=1e-6, atol=1e-6)
 
 
 def test_dtype_and_device_follow_inputs() -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     for dtype in (torch.float32, torch.float64):
         x = torch.randn(3, 2, dtype=dtype)
         k = arch.kernel(x)
@@ -195,11 +219,13 @@ def test_dtype_and_device_follow_inputs() -> None:
 
 
 def test_serial_flattens_and_one_layer_is_an_architecture() -> None:
-    block = nl.serial(nl.Dense(1.5, 0.1), nl.Relu())
-    arch = nl.serial(block, [nl.Dense(1.5, 0.1), nl.Relu()], nl.Dense(1.0))
+    block = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu())
+    arch = nl.serial(block, [nl.Dense(w_std=1.5, b_std=0.1), nl.Relu()], nl.Dense(w_std=1.0))
     assert len(arch) == 5
     x = torch.randn(3, 2, dtype=F64)
-    torch.testing.assert_close(nl.Dense(2.0, 0.5).kernel(x).nngp, 4 * x @ x.T / 2 + 0.25)
+    torch.testing.assert_close(
+        nl.Dense(w_std=2.0, b_std=0.5).kernel(x).nngp, 4 * x @ x.T / 2 + 0.25
+    )
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -207,7 +233,7 @@ def test_serial_flattens_and_one_layer_is_an_architecture() -> None:
 
 @pytest.fixture
 def arch() -> nl.Architecture:
-    return nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    return nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
 
 
 def test_mismatched_feature_dimension(arch: nl.Architecture) -> None:
@@ -253,16 +279,63 @@ def test_negative_scales(kwargs: dict[str, float], name: str) -> None:
 
 def test_bad_parameterization() -> None:
     with pytest.raises(NtklabValueError, match="parameterization: expected 'ntk' or 'standard'"):
-        nl.Dense(1.0, parameterization="mup")  # type: ignore[arg-type]
+        nl.Dense(w_std=1.0, parameterization="mup")  # type: ignore[arg-type]
 
 
 def test_activation_before_any_dense() -> None:
     with pytest.raises(NtklabValueError, match=r"layers\[0\]: expected a Dense layer before"):
-        nl.serial(nl.Relu(), nl.Dense(1.0))
+        nl.serial(nl.Relu(), nl.Dense(w_std=1.0))
     with pytest.raises(NtklabValueError, match=r"layers\[0\]"):
         nl.Relu().kernel(torch.randn(3, 2))
 
 
 def test_not_a_layer() -> None:
     with pytest.raises(NtklabTypeError, match=r"layers\[1\]: expected an ntklab layer"):
-        nl.serial(nl.Dense(1.0), torch.nn.ReLU())  # type: ignore[arg-type]
+        nl.serial(nl.Dense(w_std=1.0), torch.nn.ReLU())  # type: ignore[arg-type]
+
+
+# ----------------------------------------------- positional arguments mean what they mean in stax
+
+
+def test_positional_arguments_are_stax_widths() -> None:
+    """``Dense(512)`` is 512 units (stax's out_dim), not a weight scale of 512; the scales are
+    the next positional arguments as in ``stax.Dense(out_dim, W_std, b_std)``."""
+    x = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(0))
+    stax_style = nl.serial(nl.Dense(512), nl.Relu(), nl.Dense(1))
+    keywords = nl.serial(nl.Dense(width=512), nl.Relu(), nl.Dense(width=1))
+    assert stax_style == keywords
+    k = stax_style.kernel(x)
+    # w_std = 1, b_std = 0: Theta = K1 + K1' Theta-chain stays of the order of the input kernel
+    torch.testing.assert_close(k.ntk, keywords.kernel(x).ntk)
+    assert float(k.ntk.diagonal().max()) < 10.0
+    assert nl.Dense(512, 1.5, 0.1) == nl.Dense(width=512, w_std=1.5, b_std=0.1)
+    net = stax_style.to_torch(64, out_features=3, in_features=3)
+    assert net[0].out_features == 512 and net[2].out_features == 1  # the layers' own widths
+    with pytest.raises(TypeError):
+        nl.Dense(512, 1.5, 0.1, "standard")  # type: ignore[misc]  # keyword only
+    with pytest.raises(NtklabTypeError, match=r"width: expected a positive int or None .*w_std="):
+        nl.Dense(1.5, 0.1)  # type: ignore[arg-type]  # the old (w_std, b_std) order
+
+
+def test_conv_positional_arguments_are_stax_channels_and_filter() -> None:
+    conv = nl.kernels.Conv(64, (3, 3))
+    assert (conv.width, conv.filter_shape, conv.strides) == (64, (3, 3), (1, 1))
+    assert nl.kernels.Conv(8, (3, 3), (2, 2), "VALID", 1.4, 0.1) == nl.kernels.Conv(
+        width=8, filter_shape=(3, 3), strides=(2, 2), padding="VALID", w_std=1.4, b_std=0.1
+    )
+    net = nl.serial(conv, nl.Relu(), nl.kernels.Flatten(), nl.Dense(1)).to_torch(16)
+    net(torch.randn(2, 3, 6, 6))
+    assert net[0].out_channels == 64 and net[0].weight.shape == (64, 3, 3, 3)
+    with pytest.raises(NtklabTypeError, match=r"width: expected a positive int or None .*out_chan"):
+        nl.kernels.Conv((3, 3))  # type: ignore[arg-type]  # the old (filter_shape, ...) order
+
+
+def test_kernel_to_converts_every_tensor() -> None:
+    x = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(0))
+    k = nl.serial(nl.Dense(w_std=1.3), nl.Relu(), nl.Dense()).kernel(x)
+    k32 = k.to(torch.float32)
+    for name in ("nngp", "ntk", "var1", "var2"):
+        got, want = getattr(k32, name), getattr(k, name)
+        assert got.dtype == torch.float32 and got.device == want.device
+        torch.testing.assert_close(got, want.float())
+    assert k.to("cpu", torch.float64).ntk.dtype == F64

@@ -23,11 +23,17 @@ TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 
 
 def _deep(act: nl.kernels.Activation) -> nl.kernels.Architecture:
-    return nl.serial(nl.Dense(1.3, 0.2), act, nl.Dense(1.1, 0.3), act, nl.Dense(0.9, 0.1))
+    return nl.serial(
+        nl.Dense(w_std=1.3, b_std=0.2),
+        act,
+        nl.Dense(w_std=1.1, b_std=0.3),
+        act,
+        nl.Dense(w_std=0.9, b_std=0.1),
+    )
 
 
 def _e1(act: nl.kernels.Activation) -> nl.kernels.Architecture:
-    return nl.serial(nl.Dense(1.0, None), act, nl.Dense(1.0, None))
+    return nl.serial(nl.Dense(w_std=1.0, b_std=None), act, nl.Dense(w_std=1.0, b_std=None))
 
 
 def _data(gen: torch.Generator, n: int = 5, d: int = 3, k: int = 2) -> tuple[torch.Tensor, ...]:
@@ -169,7 +175,7 @@ def test_one_hidden_layer_fast_path_equals_autograd(
     gen: torch.Generator, act: object, zero_output: bool
 ) -> None:
     """One hidden layer and one output take the rank-one shortcut; biases and pairs too."""
-    arch = nl.serial(nl.Dense(1.3, 0.4), act, nl.Dense(0.8, 0.2))  # type: ignore[arg-type]
+    arch = nl.serial(nl.Dense(w_std=1.3, b_std=0.4), act, nl.Dense(w_std=0.8, b_std=0.2))  # type: ignore[arg-type]
     ens = ensemble(
         arch, 5, 8, in_features=3, zero_output=zero_output, alpha=2.0, generator=gen, dtype=F64
     )
@@ -259,7 +265,7 @@ def test_output_covariance_at_init_is_the_nngp(
 ) -> None:
     """One hidden layer, unit-variance readout: E[f(x) f(x')] is the NNGP at any width, so the
     empirical covariance over M members is within Monte Carlo error of ``arch.kernel``."""
-    arch = nl.serial(nl.Dense(1.5, 0.5), act, nl.Dense(1.2, 0.3))  # type: ignore[arg-type]
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.5), act, nl.Dense(w_std=1.2, b_std=0.3))  # type: ignore[arg-type]
     members = 20_000
     ens = ensemble(
         arch,

@@ -18,18 +18,18 @@ import ntklab as nl
 from ntklab.analysis.rates import fit_power_law
 from ntklab.empirical import ntk
 from ntklab.errors import NtklabValueError
+from ntklab.kernels.engine import Layer
 from ntklab.kernels.kernel import KernelState
-from ntklab.kernels.layers import Layer
 from ntklab.nets import DenseLayer, train
 
 F64 = torch.float64
 W_STD, B_STD = (1.5, 1.2, 0.9), (0.2, 0.1, 0.3)
 ARCH = nl.serial(
-    nl.Dense(W_STD[0], B_STD[0]),
+    nl.Dense(w_std=W_STD[0], b_std=B_STD[0]),
     nl.Relu(),
-    nl.Dense(W_STD[1], B_STD[1]),
+    nl.Dense(w_std=W_STD[1], b_std=B_STD[1]),
     nl.Tanh(),
-    nl.Dense(W_STD[2], B_STD[2]),
+    nl.Dense(w_std=W_STD[2], b_std=B_STD[2]),
 )
 
 
@@ -64,9 +64,13 @@ def test_roles_and_parameterization_override() -> None:
     dense = [m for m in net if isinstance(m, DenseLayer)]
     assert [m.role for m in dense] == ["input", "hidden", "output"]
     assert {m.parameterization for m in dense} == {"mup"}
-    single = nl.serial(nl.Dense(1.0, 0.1)).to_torch(4, 2, in_features=3, parameterization="mup")
+    single = nl.serial(nl.Dense(w_std=1.0, b_std=0.1)).to_torch(
+        4, 2, in_features=3, parameterization="mup"
+    )
     assert isinstance(single, nn.Sequential) and single[0].role == "only"
-    mixed = nl.serial(nl.Dense(1.0, parameterization="standard"), nl.Relu(), nl.Dense(1.0))
+    mixed = nl.serial(
+        nl.Dense(w_std=1.0, parameterization="standard"), nl.Relu(), nl.Dense(w_std=1.0)
+    )
     kept = mixed.to_torch(8, in_features=3)
     assert isinstance(kept, nn.Sequential)
     assert [kept[0].parameterization, kept[2].parameterization] == ["standard", "ntk"]
@@ -109,7 +113,7 @@ class _Opaque(Layer):
 
 
 def test_module_without_out_features_leaves_the_next_dense_lazy() -> None:
-    arch = nl.serial(nl.Dense(1.0), _Opaque(), nl.Relu(), nl.Dense(1.0))
+    arch = nl.serial(nl.Dense(w_std=1.0), _Opaque(), nl.Relu(), nl.Dense(w_std=1.0))
     net = arch.to_torch(8, 2, in_features=3, dtype=F64)
     assert isinstance(net, nn.Sequential)
     assert not net[0].has_uninitialized_params() and net[3].has_uninitialized_params()
@@ -168,7 +172,13 @@ def test_mup_differs_from_ntk_only_by_the_readout(gen: torch.Generator) -> None:
 def test_mup_output_at_initialization_shrinks_as_inverse_sqrt_width(
     gen: torch.Generator,
 ) -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.2), nl.Relu(), nl.Dense(1.2, 0.1), nl.Relu(), nl.Dense(1.0))
+    arch = nl.serial(
+        nl.Dense(w_std=1.5, b_std=0.2),
+        nl.Relu(),
+        nl.Dense(w_std=1.2, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.0),
+    )
     x = torch.randn(4, 3, generator=gen, dtype=F64)
     widths = [32, 128, 512]
     rms: dict[str, list[float]] = {"mup": [], "ntk": []}
@@ -200,7 +210,11 @@ def test_one_sgd_step_moves_features_by_order_one_only_under_mup(gen: torch.Gene
     move by Theta(1) per coordinate under muP and by Theta(n^{-1/2}) under NTK. The residual
     f(x) - y is fixed across widths and seeds (y = f_0(x) - r) so only the width varies."""
     arch = nl.serial(
-        nl.Dense(1.0, 0.1), nl.Relu(), nl.Dense(1.4, 0.1), nl.Relu(), nl.Dense(1.0, 0.1)
+        nl.Dense(w_std=1.0, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.4, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.0, b_std=0.1),
     )
     x = torch.randn(8, 3, generator=gen, dtype=F64)
     residual = torch.randn(8, 1, generator=gen, dtype=F64)
@@ -232,7 +246,7 @@ def test_one_sgd_step_moves_features_by_order_one_only_under_mup(gen: torch.Gene
 
 
 def test_ntk_network_kernel_approaches_the_infinite_width_kernel(gen: torch.Generator) -> None:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     x = torch.randn(6, 3, generator=gen, dtype=F64)
     limit = arch.kernel(x).ntk
     errors = []
@@ -248,7 +262,11 @@ def test_mup_tangent_kernel_stays_order_one_across_width() -> None:
     # muP with one width-independent learning rate needs an O(1) NTK; a readout bias scaled
     # like the hidden biases would make it grow linearly with the width.
     arch = nl.serial(
-        nl.Dense(1.4, 0.1), nl.Relu(), nl.Dense(1.4, 0.1), nl.Relu(), nl.Dense(1.4, 0.1)
+        nl.Dense(w_std=1.4, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.4, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.4, b_std=0.1),
     )
     x = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     top = []

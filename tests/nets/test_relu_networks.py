@@ -88,7 +88,7 @@ def test_path_norm_is_invariant_under_relu_rescaling() -> None:
 
 
 def test_dense_layers_use_their_multipliers() -> None:
-    arch = nk.serial(nk.Dense(2.0, 0.5), nk.Relu(), nk.Dense(2.0, 0.5))
+    arch = nk.serial(nk.Dense(w_std=2.0, b_std=0.5), nk.Relu(), nk.Dense(w_std=2.0, b_std=0.5))
     net = arch.to_torch(4, in_features=3, generator=torch.Generator().manual_seed(1))
     layers = relu_layers(net)
     first = net[0]

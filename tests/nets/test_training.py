@@ -23,7 +23,7 @@ from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ntklab.nets import ScaledOutput, TrainingRecord, data_loss, train
 
 F64 = torch.float64
-ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+ARCH = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
 
 
 def _linear_gd(x: Tensor, y: Tensor, w0: Tensor, eta: float, c: float, wd: float, k: int) -> Tensor:
@@ -272,7 +272,7 @@ def test_lazy_scale_makes_training_lazier(gen: torch.Generator) -> None:
     leading order. The kernel drift is O(1/alpha) for a centered model, and O(1/alpha^2) for
     the antisymmetric pair, whose two halves move in opposite directions (first-order kernel
     changes cancel). A smooth activation: ReLU's kernel jumps when a unit flips."""
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Erf(), nl.Dense(w_std=1.5, b_std=0.1))
     x = torch.randn(8, 3, generator=gen, dtype=F64)
     y = torch.randn(8, 1, generator=gen, dtype=F64)
     seed = int(torch.randint(0, 2**31, (1,), generator=gen))

@@ -14,7 +14,13 @@ from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.nets import AntisymmetricPair, ScaledOutput, output_scale, train
 
 F64 = torch.float64
-ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.2, 0.2), nl.Tanh(), nl.Dense(1.5, 0.1))
+ARCH = nl.serial(
+    nl.Dense(w_std=1.5, b_std=0.1),
+    nl.Relu(),
+    nl.Dense(w_std=1.2, b_std=0.2),
+    nl.Tanh(),
+    nl.Dense(w_std=1.5, b_std=0.1),
+)
 
 
 def test_scaled_output_multiplies_the_output(gen: torch.Generator) -> None:

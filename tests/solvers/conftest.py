@@ -10,7 +10,13 @@ import ntklab as nl
 
 @pytest.fixture
 def relu_arch() -> nl.kernels.Architecture:
-    return nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5))
+    return nl.serial(
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.5, b_std=0.1),
+        nl.Relu(),
+        nl.Dense(w_std=1.5),
+    )
 
 
 @pytest.fixture

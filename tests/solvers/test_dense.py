@@ -76,8 +76,8 @@ def test_ordinary_kernels_do_not_warn() -> None:
     x = torch.cat([x, x[:5] + 1e-9])  # nearly duplicated inputs: singular to rounding
     layers: list[nl.kernels.Layer] = []
     for _ in range(20):
-        layers += [nl.Dense(1.4, 0.1), nl.Relu()]
-    arch = nl.serial(*layers, nl.Dense(1.4, 0.1))
+        layers += [nl.Dense(w_std=1.4, b_std=0.1), nl.Relu()]
+    arch = nl.serial(*layers, nl.Dense(w_std=1.4, b_std=0.1))
     y = torch.sin(x[:, :1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -12,7 +12,8 @@ from collections.abc import Callable
 SETUP = """
 import ntklab as nl
 from ntklab.solvers import kernel_operator, solve
-arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5))
+block = [nl.Dense(w_std=1.5, b_std=0.1), nl.Relu()]
+arch = nl.serial(*block, *block, nl.Dense(w_std=1.5))
 x = torch.randn({n}, 8, dtype=torch.float64)
 v = torch.randn({n}, 2, dtype=torch.float64)
 op = kernel_operator(arch, x, max_memory={budget})

@@ -24,7 +24,7 @@ from ntklab._checks import check_inputs
 from ntklab.empirical import functional_model, ntk
 from ntklab.empirical.monte_carlo import check_architecture, per_network_kernels
 from ntklab.errors import NtklabTypeError, NtklabValueError
-from ntklab.kernels.layers import Architecture, Layer
+from ntklab.kernels.engine import Architecture, Layer
 from ntklab.memory import resolve_max_memory
 
 from ._validate import integer
@@ -135,7 +135,7 @@ def ntk_sup_distance(
     Examples
     --------
     >>> import ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.0, 0.1), nl.Erf(), nl.Dense(1.0, 0.1))
+    >>> arch = nl.serial(nl.Dense(w_std=1.0, b_std=0.1), nl.Erf(), nl.Dense(w_std=1.0, b_std=0.1))
     >>> x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     >>> d = ntk_sup_distance(arch, x, widths=[16, 1024], n_seeds=5, generator=1)
     >>> d.shape, bool(d[1].median() < d[0].median())

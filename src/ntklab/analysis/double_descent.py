@@ -389,7 +389,7 @@ def random_relu_features(x: Tensor, weights: Tensor) -> Tensor:
     With :math:`W_{ij} \sim N(0, 1)`, :math:`\phi(x)^\top\phi(x') \to
     E_w[\mathrm{relu}(w^\top x/\sqrt d)\,\mathrm{relu}(w^\top x'/\sqrt d)]` as
     :math:`P \to \infty`: the arc-cosine kernel of degree 1, which is the NNGP of
-    ``serial(Dense(1.0, None), Relu(), Dense(1.0, None))``.
+    ``serial(Dense(w_std=1.0, b_std=None), Relu(), Dense(w_std=1.0, b_std=None))``.
 
     Parameters
     ----------

@@ -151,7 +151,7 @@ def kernel_array(
     --------
     >>> import torch, ntklab as nl
     >>> from ntklab.distributed import kernel_array
-    >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5))
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5))
     >>> k = kernel_array(arch, torch.randn(10, 3, dtype=torch.float64), chunk=4)
     >>> k.chunks
     ((4, 4, 2), (4, 4, 2))

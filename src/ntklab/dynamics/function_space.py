@@ -241,7 +241,7 @@ def linearized_dynamics(
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     >>> x, y = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 1, dtype=torch.float64)
     >>> dyn = nl.dynamics.linearized_dynamics(arch.kernel(x).ntk, y)
     >>> torch.allclose(dyn.train(1e9), y)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .._checks import check_inputs, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
-from ..kernels.layers import Architecture, Layer, serial
+from ..kernels.engine import Architecture, Layer, architecture_spatial_ndim, check_images, serial
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 
@@ -151,8 +151,8 @@ class MonteCarloKernel:
         Standard error of ``ntk``.
     n_samples : int
         :math:`S`, the number of networks.
-    width : int
-        Width of their hidden layers.
+    width : int or None
+        Width of their hidden layers (``None`` for networks from a module factory).
     out_features : int
         :math:`k`, outputs per network (averaged over).
     """
@@ -162,7 +162,7 @@ class MonteCarloKernel:
     nngp_stderr: Tensor
     ntk_stderr: Tensor
     n_samples: int
-    width: int
+    width: int | None
     out_features: int = 1
 
 
@@ -191,11 +191,11 @@ class _Moments:
 
 
 def monte_carlo_kernel(
-    arch: Architecture | Layer,
+    arch: Architecture | Layer | Callable[[], nn.Module],
     x1: Tensor,
     x2: Tensor | None = None,
     *,
-    width: int,
+    width: int | None = None,
     n_samples: int,
     generator: torch.Generator | None = None,
     batch_size: int | None = None,
@@ -227,13 +227,20 @@ def monte_carlo_kernel(
 
     Parameters
     ----------
-    arch : Architecture or Layer
-        An architecture from :func:`ntklab.serial` with at least one ``Dense`` layer.
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d), optional
+    arch : Architecture, Layer, or callable returning an nn.Module
+        An architecture from :func:`ntklab.serial` with at least one ``Dense`` layer, whose
+        networks are ``arch.to_torch(width, out_features, generator=generator)``; or a module
+        factory, a function of no argument that returns a freshly initialized network each
+        time it is called (for any ``torch.nn`` model, e.g. one that
+        :func:`ntklab.kernels.from_torch` cannot read). The factory draws from its own
+        randomness (seed torch's global generator for reproducible draws); ``width``,
+        ``out_features`` and ``generator`` do not apply to it.
+    x1 : Tensor of shape (n1, d), or images (n1, C, *S) for an architecture with spatial layers
+    x2 : Tensor of the same shape but for n2, optional
         Defaults to ``x1`` (then the Jacobians are computed once).
     width : int
-        Width of the hidden ``Dense`` layers.
+        Width (channels) of the hidden ``Dense`` and ``Conv`` layers without a width of their
+        own. Required for an architecture, ``None`` for a module factory.
     n_samples : int
         Number of networks :math:`S \\ge 2` (two are needed for a standard error).
     generator : torch.Generator, optional
@@ -263,25 +270,45 @@ def monte_carlo_kernel(
         ``arch`` is not an architecture; an input is not a floating tensor; an integer
         argument is not an int; ``dtype`` is not floating.
     NtklabValueError
-        The architecture has no ``Dense`` layer; the inputs are not ``(n, d)`` batches of one
-        dimension, dtype and device; ``n_samples < 2``; a size is not positive; not even
-        one network (its Jacobians and kernels beside the moments) fits ``max_memory``.
+        The architecture has no ``Dense`` layer; the inputs are not ``(n, d)`` batches (or
+        ``(n, C, *S)`` images for a spatial architecture) of one shape, dtype and device;
+        ``n_samples < 2``; a size is not positive; not even one network (its Jacobians and
+        kernels beside the moments) fits ``max_memory``.
 
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     >>> x = torch.randn(3, 2, dtype=torch.float64)
     >>> mc = monte_carlo_kernel(arch, x, width=256, n_samples=8,
     ...                         generator=torch.Generator().manual_seed(0))
     >>> mc.ntk.shape, mc.n_samples
     (torch.Size([3, 3]), 8)
     """
-    arch = check_architecture(arch)
+    factory = _module_factory(arch)
+    if factory is None:
+        arch = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
-    a, b = check_inputs(x1, x2)
-    check_positive_int("width", width)
+    if factory is not None:
+        a, b = check_images(x1, x2, None)
+        if width is not None:
+            raise NtklabValueError(
+                f"width: expected None with a module factory (the factory sets the widths), "
+                f"got {width!r}"
+            )
+    else:
+        assert isinstance(arch, Architecture)
+        if any(layer.spatial_layer for layer in arch.layers):
+            a, b = check_images(x1, x2, architecture_spatial_ndim(arch.layers))
+        else:
+            a, b = check_inputs(x1, x2)
+        if width is None:
+            raise NtklabValueError(
+                "width: expected a positive int (the hidden width of the networks of an "
+                "architecture), got None"
+            )
+        check_positive_int("width", width)
     check_positive_int("n_samples", n_samples)
     if n_samples < 2:
         raise NtklabValueError(
@@ -298,17 +325,35 @@ def monte_carlo_kernel(
     b = None if b is None else b.to(dtype)
 
     def draw() -> nn.Module:
-        return arch.to_torch(
+        if factory is not None:
+            net = factory()
+            if not isinstance(net, nn.Module):
+                raise NtklabTypeError(
+                    f"arch: expected a factory that returns an nn.Module, got one that returns "
+                    f"{type(net).__name__}"
+                )
+            net = net.to(dtype=dtype, device=a.device)
+            with torch.no_grad():  # create lazy parameters; read the number of outputs
+                outputs[0] = int(net(a[:1]).reshape(1, -1).shape[1])
+            return net
+        assert isinstance(arch, Architecture) and width is not None
+        net = arch.to_torch(
             width,
             out_features,
-            in_features=int(a.shape[1]),
+            in_features=int(a.shape[1]) if a.ndim == 2 else None,
             generator=generator,
             dtype=dtype,
             device=a.device,
         )
+        if a.ndim > 2:  # the convolutions are lazy in their input channels: create them
+            with torch.no_grad():
+                net(a[:1])
+        return net
 
+    outputs = [out_features]
     first = draw()
     fm = functional_model(first)
+    out_features = outputs[0]
     if batch_size is None:
         n1, n2 = a.shape[0], (a if b is None else b).shape[0]
         item = _itemsize(dtype)
@@ -349,6 +394,23 @@ def monte_carlo_kernel(
         width=width,
         out_features=out_features,
     )
+
+
+def _module_factory(arch: object) -> Callable[[], nn.Module] | None:
+    """``arch`` when it is a module factory (a callable that is not an ntklab architecture or
+    layer), ``None`` when it is an architecture or layer; an error for a module itself."""
+    if isinstance(arch, Architecture | Layer):
+        return None
+    if isinstance(arch, nn.Module):
+        raise NtklabTypeError(
+            f"arch: expected an ntklab Architecture or a factory of freshly initialized "
+            f"networks, got the module {type(arch).__name__} itself (one initialization); pass "
+            "a function that builds it, e.g. lambda: MyNet(), or use ntklab.empirical.ntk for "
+            "the kernel of this one network"
+        )
+    if callable(arch):
+        return arch
+    return None
 
 
 def _itemsize(dtype: torch.dtype) -> int:

@@ -208,15 +208,15 @@ class CntkVsCnnConfig(ExperimentConfig):
 def cnn_architecture(depth: int, w_std: float, b_std: float, pool: bool) -> nk.Architecture:
     """``depth x [Conv 3x3 SAME, Relu]``, then GlobalAvgPool (``pool``) or Flatten, then
     ``Dense``."""
-    block = [nk.Conv((3, 3), w_std=w_std, b_std=b_std), nk.Relu()]
+    block = [nk.Conv(filter_shape=(3, 3), w_std=w_std, b_std=b_std), nk.Relu()]
     top = nk.GlobalAvgPool() if pool else nk.Flatten()
-    return nk.serial(*(block * depth), top, nk.Dense(w_std, b_std))
+    return nk.serial(*(block * depth), top, nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def mlp_architecture(depth: int, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense, Relu] + Dense``."""
-    block = [nk.Dense(w_std, b_std), nk.Relu()]
-    return nk.serial(*(block * depth), nk.Dense(w_std, b_std))
+    block = [nk.Dense(w_std=w_std, b_std=b_std), nk.Relu()]
+    return nk.serial(*(block * depth), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def _classes(y_train: Tensor, y_test: Tensor) -> int:

@@ -196,8 +196,8 @@ class FlowEqualsKrrConfig(ExperimentConfig):
 
 def relu_network(depth: int, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense(w_std, b_std), Relu] + Dense(w_std, b_std)``."""
-    block = nk.serial(nk.Dense(w_std, b_std), nk.Relu())
-    return nk.serial(*([block] * depth), nk.Dense(w_std, b_std))
+    block = nk.serial(nk.Dense(w_std=w_std, b_std=b_std), nk.Relu())
+    return nk.serial(*([block] * depth), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def flow_by_expm(

@@ -11,9 +11,10 @@ bound). Measured here:
    of unit variance), targets :math:`y = \sin(\tfrac32 \langle x, u\rangle)` for a random
    unit :math:`u`, and one test input on the same sphere;
 2. for :math:`\phi \in \{\tanh, \mathrm{erf}, \mathrm{sigmoid}\}` and each width
-   :math:`n_1`, :math:`M` networks ``serial(Dense(1, None), phi, Dense(1, None))`` (NTK
-   parameterization) trained together by :func:`ntklab.nets.train_ensemble`, full-batch GD
-   with ``normalization="sum"`` and step :math:`\eta` up to gradient-flow time :math:`t`;
+   :math:`n_1`, :math:`M` networks ``serial(Dense(w_std=1, b_std=None), phi,
+   Dense(w_std=1, b_std=None))`` (NTK parameterization) trained together by
+   :func:`ntklab.nets.train_ensemble`, full-batch GD with ``normalization="sum"`` and step
+   :math:`\eta` up to gradient-flow time :math:`t`;
 3. :math:`\mathcal{G}_t(x)` of gradient flow from :func:`ntklab.dynamics.ensemble_dynamics`
    (mean and variance at the test input); the discretization error of the step is the exact
    :math:`W_2^2` between the Gaussian of discrete GD (closed form, ``schedule="gd"``) and that
@@ -184,11 +185,12 @@ def _tag(activation: str, t: float) -> str:
 
 
 def shallow_network(activation: ActivationName) -> nk.Architecture:
-    """``serial(Dense(1, None), phi, Dense(1, None))``: the network of Mosig, Agazzi &
-    Trevisan (2025) in NTK parameterization, :math:`f = n_1^{-1/2} \\phi(x W / \\sqrt{n_0}) v`."""
+    """``serial(Dense(w_std=1, b_std=None), phi, Dense(w_std=1, b_std=None))``: the network of
+    Mosig, Agazzi & Trevisan (2025) in NTK parameterization,
+    :math:`f = n_1^{-1/2} \\phi(x W / \\sqrt{n_0}) v`."""
     phis: dict[str, nk.Activation] = {"tanh": nk.Tanh(), "erf": nk.Erf(), "sigmoid": nk.Sigmoid()}
     phi = phis[activation]
-    return nk.serial(nk.Dense(1.0, None), phi, nk.Dense(1.0, None))
+    return nk.serial(nk.Dense(w_std=1.0, b_std=None), phi, nk.Dense(w_std=1.0, b_std=None))
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,8 @@ def predicted_slope(beta: float, gamma: float) -> float:
 
 def kernel_spectrum(config: KernelRatesConfig) -> torch.Tensor:
     """Eigenvalues :math:`\\mu_0..\\mu_K` of the ReLU NTK of the config on the unit circle."""
-    block = nk.serial(nk.Dense(config.w_std, config.b_std), nk.Relu())
-    arch = nk.serial(*([block] * config.depth), nk.Dense(config.w_std, config.b_std))
+    block = nk.serial(nk.Dense(w_std=config.w_std, b_std=config.b_std), nk.Relu())
+    arch = nk.serial(*([block] * config.depth), nk.Dense(w_std=config.w_std, b_std=config.b_std))
     profile = profile_from_architecture(arch, 2, "ntk")
     grid = max(16384, 64 * (config.n_frequencies + 1))
     with torch.no_grad():

@@ -301,13 +301,16 @@ def describe_images(dataset: DatasetName, split: Literal["train", "test"], n: in
 
 def mlp_architecture(depth: int, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense, Relu] + Dense`` (on flattened images)."""
-    return nk.serial(*([nk.Dense(w_std, b_std), nk.Relu()] * depth), nk.Dense(w_std, b_std))
+    return nk.serial(
+        *([nk.Dense(w_std=w_std, b_std=b_std), nk.Relu()] * depth),
+        nk.Dense(w_std=w_std, b_std=b_std),
+    )
 
 
 def cnn_architecture(depth: int, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Conv 3x3 SAME, Relu] + Flatten + Dense``."""
-    block = [nk.Conv((3, 3), w_std=w_std, b_std=b_std), nk.Relu()]
-    return nk.serial(*(block * depth), nk.Flatten(), nk.Dense(w_std, b_std))
+    block = [nk.Conv(filter_shape=(3, 3), w_std=w_std, b_std=b_std), nk.Relu()]
+    return nk.serial(*(block * depth), nk.Flatten(), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 class _Flat(nn.Module):

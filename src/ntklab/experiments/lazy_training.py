@@ -145,8 +145,8 @@ class LazyTrainingConfig(ExperimentConfig):
 
 def mlp(depth: int, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense(w_std, b_std), Relu] + Dense(w_std, None)`` (no output bias)."""
-    block = nk.serial(nk.Dense(w_std, b_std), nk.Relu())
-    return nk.serial(*([block] * depth), nk.Dense(w_std, None))
+    block = nk.serial(nk.Dense(w_std=w_std, b_std=b_std), nk.Relu())
+    return nk.serial(*([block] * depth), nk.Dense(w_std=w_std, b_std=None))
 
 
 def linearized_test_outputs(

@@ -249,8 +249,8 @@ class NetworkRatesConfig(ExperimentConfig):
 def smooth_mlp(depth: int, act: Act, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense(w_std, b_std), act] + Dense(w_std, b_std)``."""
     layer = {"tanh": nk.Tanh, "softplus": nk.Softplus, "silu": nk.Silu}[act]()
-    block = nk.serial(nk.Dense(w_std, b_std), layer)
-    return nk.serial(*([block] * depth), nk.Dense(w_std, b_std))
+    block = nk.serial(nk.Dense(w_std=w_std, b_std=b_std), layer)
+    return nk.serial(*([block] * depth), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def _l2_risk(values: Tensor, target: Tensor) -> np.ndarray:

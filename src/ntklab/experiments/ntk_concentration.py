@@ -159,8 +159,8 @@ class NtkConcentrationConfig(ExperimentConfig):
 def smooth_network(depth: int, act: Act, w_std: float, b_std: float) -> nk.Architecture:
     """``depth x [Dense(w_std, b_std), act] + Dense(w_std, b_std)``."""
     layer = nk.Erf() if act == "erf" else nk.Tanh()
-    block = nk.serial(nk.Dense(w_std, b_std), layer)
-    return nk.serial(*([block] * depth), nk.Dense(w_std, b_std))
+    block = nk.serial(nk.Dense(w_std=w_std, b_std=b_std), layer)
+    return nk.serial(*([block] * depth), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def function_distances(

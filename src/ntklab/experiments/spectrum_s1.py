@@ -153,8 +153,8 @@ def relu_network(
 ) -> nk.Architecture:
     """``depth x [Dense(w_std, b_std), activation] + Dense(w_std, b_std)`` (ReLU default)."""
     act = activation if activation is not None else nk.Relu()
-    block = nk.serial(nk.Dense(w_std, b_std), act)
-    return nk.serial(*([block] * depth), nk.Dense(w_std, b_std))
+    block = nk.serial(nk.Dense(w_std=w_std, b_std=b_std), act)
+    return nk.serial(*([block] * depth), nk.Dense(w_std=w_std, b_std=b_std))
 
 
 def spectrum(

@@ -1,4 +1,11 @@
-"""Analytic infinite-width kernels (NNGP and NTK) of architectures, in torch."""
+"""Analytic infinite-width kernels (NNGP and NTK) of architectures, in torch.
+
+One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
+:mod:`.activations`, :mod:`.conv`, :mod:`.pooling`, :mod:`.normalization`, :mod:`.dropout`
+and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``, ``repeat``,
+``Residual``), over the engine (:mod:`.engine`: the carried state, validation, blocking,
+``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
+"""
 
 from .activations import (
     Abs,
@@ -16,10 +23,24 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .conv import Conv
+from .dense import Dense
+from .dropout import Dropout
+from .engine import Architecture, Layer, serial
 from .from_torch import from_torch
+from .graphs import (
+    FanInConcat,
+    FanInProd,
+    FanInSum,
+    FanOut,
+    Parallel,
+    Residual,
+    parallel,
+    repeat,
+)
 from .kernel import Kernel
-from .layers import Architecture, Dense, Layer, serial
-from .spatial import AvgPool, Conv, Dropout, Flatten, GlobalAvgPool, LayerNorm, Residual
+from .normalization import LayerNorm
+from .pooling import AvgPool, Flatten, GlobalAvgPool
 
 __all__ = [
     "Abs",
@@ -32,6 +53,10 @@ __all__ = [
     "Dropout",
     "Elementwise",
     "Erf",
+    "FanInConcat",
+    "FanInProd",
+    "FanInSum",
+    "FanOut",
     "Flatten",
     "Gelu",
     "GlobalAvgPool",
@@ -40,6 +65,7 @@ __all__ = [
     "Layer",
     "LayerNorm",
     "LeakyRelu",
+    "Parallel",
     "Relu",
     "Residual",
     "Sigmoid",
@@ -48,5 +74,7 @@ __all__ = [
     "Softplus",
     "Tanh",
     "from_torch",
+    "parallel",
+    "repeat",
     "serial",
 ]

@@ -64,13 +64,22 @@ import torch
 from torch import Tensor
 
 from ..errors import NtklabValueError, NumericalWarning
-from .activations import Relu
-from .layers import Dense, Layer, _next_diagonal
+from .covariance import next_diagonal
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .engine import Layer
     from .kernel import KernelState
 
-__all__ = ["available", "fused_relu_dense_chain", "propagate_run", "split_runs", "supports"]
+__all__ = [
+    "available",
+    "fused_relu_dense_chain",
+    "propagate_run",
+    "run_length",
+    "split_runs",
+    "supports",
+]
 
 logger = logging.getLogger("ntklab")
 
@@ -666,32 +675,28 @@ def supports(x: Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in _SUFFIX
 
 
-def _is_plain_dense(layer: Layer) -> bool:
-    """A Dense layer in NTK parameterization with plain-number scales."""
-    if not isinstance(layer, Dense) or layer.parameterization != "ntk":
-        return False
-    scales = (layer.w_std, 0.0 if layer.b_std is None else layer.b_std)
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
-
-
-def _run_length(layers: tuple[Layer, ...], start: int) -> int:
+def run_length(layers: Sequence[Layer], start: int) -> int:
     """Length of the fusable run at ``start``: an optional plain Dense, then pairs
-    ``[Relu(), plain Dense]``; 0 when there is no pair."""
-    i = start + 1 if _is_plain_dense(layers[start]) else start
+    ``[Relu(), plain Dense]`` (:attr:`~ntklab.kernels.engine.Layer.fused_kind`); 0 when there
+    is no pair."""
+    i = start + 1 if layers[start].fused_kind == "dense" else start
     stop = i
     while (
-        stop + 1 < len(layers) and type(layers[stop]) is Relu and _is_plain_dense(layers[stop + 1])
+        stop + 1 < len(layers)
+        and layers[stop].fused_kind == "relu"
+        and layers[stop + 1].fused_kind == "dense"
     ):
         stop += 2
     return stop - start if stop > i else 0
 
 
-def split_runs(layers: tuple[Layer, ...]) -> list[tuple[tuple[Layer, ...], bool]]:
+def split_runs(layers: Sequence[Layer]) -> list[tuple[tuple[Layer, ...], bool]]:
     """Split ``layers`` into consecutive segments, flagged True for the fusable runs."""
+    layers = tuple(layers)
     segments: list[tuple[tuple[Layer, ...], bool]] = []
     start = i = 0
     while i < len(layers):
-        length = _run_length(layers, i)
+        length = run_length(layers, i)
         if length == 0:
             i += 1
             continue
@@ -705,7 +710,7 @@ def split_runs(layers: tuple[Layer, ...]) -> list[tuple[tuple[Layer, ...], bool]
 
 
 def propagate_run(
-    layers: tuple[Layer, ...],
+    layers: Sequence[Layer],
     state: KernelState,
     diag1: KernelState,
     diag2: KernelState | None,
@@ -721,14 +726,15 @@ def propagate_run(
     var1s, var2s, w2s, b2s = [], [], [], []
     d1, d2 = diag1, diag1 if diag2 is None else diag2
     for layer in layers:
-        if isinstance(layer, Dense):
-            w2s.append(float(layer.w_std) ** 2)
-            b2s.append(0.0 if layer.b_std is None else float(layer.b_std) ** 2)
+        if layer.fused_kind == "dense":
+            b_std = layer.b_std  # type: ignore[attr-defined]
+            w2s.append(float(layer.w_std) ** 2)  # type: ignore[attr-defined]
+            b2s.append(0.0 if b_std is None else float(b_std) ** 2)
         else:  # a Relu: record the variances entering it
             var1s.append(d1.cov)
             var2s.append(d2.cov)
-        d1 = _next_diagonal(layer, d1)
-        d2 = d1 if diag2 is None else _next_diagonal(layer, d2)
+        d1 = next_diagonal(layer, d1)
+        d2 = d1 if diag2 is None else next_diagonal(layer, d2)
     v1, v2 = torch.stack(var1s), torch.stack(var2s)
     if not (bool(torch.isfinite(v1).all()) and bool(torch.isfinite(v2).all())):
         return None
@@ -740,20 +746,20 @@ def propagate_run(
         v2,
         torch.tensor(w2s, dtype=dtype),
         torch.tensor(b2s, dtype=dtype),
-        leading_dense=isinstance(layers[0], Dense),
+        leading_dense=layers[0].fused_kind == "dense",
         symmetric=diag2 is None,
     )
     _check_excess(excess, dtype)
-    last = layers[-1]
-    assert isinstance(last, Dense)  # guaranteed by split_runs
+    last = layers[-1]  # a Dense, by run_length
     state = dataclasses.replace(
         state,
         cov=cov,
         ntk=ntk,
         var1=d1.cov[:, None],
         var2=d2.cov[None, :],
-        fan_in=last.width,
+        fan_in=last.width,  # type: ignore[attr-defined]
         gaussian=True,
+        product=False,
     )
     return state, d1, d2
 

@@ -1,4 +1,5 @@
-"""Activations and their dual kernels.
+"""Activations: their dual kernels (the kernel rules) and the finite module
+:class:`ElementwiseActivation`.
 
 For a centred Gaussian pair :math:`(u, v)` whose covariance is the incoming NNGP,
 an activation :math:`\\phi` maps the kernels as (arXiv:1806.07572, arXiv:1912.02803)
@@ -32,7 +33,7 @@ import warnings
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,8 +41,8 @@ from torch import Tensor, nn
 
 from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
+from .engine import Layer
 from .kernel import KernelState
-from .layers import Layer
 from .quadrature import DEFAULT_DEGREE, _rules, gaussian_pair_expectation
 from .quadrature import derivative as autograd_derivative
 
@@ -50,6 +51,7 @@ __all__ = [
     "Activation",
     "Cos",
     "Elementwise",
+    "ElementwiseActivation",
     "Erf",
     "Gelu",
     "Identity",
@@ -65,8 +67,27 @@ __all__ = [
 _TWO_PI = 2.0 * math.pi
 
 
+class ElementwiseActivation(nn.Module):
+    """Applies a scalar function elementwise; the finite counterpart of an activation layer."""
+
+    def __init__(self, fn: Callable[[Tensor], Tensor], name: str) -> None:
+        super().__init__()
+        self.fn = fn
+        self.name = name
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
 class Activation(Layer):
     """An elementwise nonlinearity :math:`\\phi` and its dual kernels."""
+
+    @property
+    def reads_preactivations(self) -> bool:
+        return True
 
     @abstractmethod
     def phi(self, x: Tensor) -> Tensor:
@@ -83,6 +104,12 @@ class Activation(Layer):
         """
 
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        if state.product:
+            raise NtklabValueError(
+                f"{type(self).__name__}: expected Gaussian pre-activations, got a product of "
+                "branches (FanInProd), which is not Gaussian; put a Dense or Conv layer between "
+                "them"
+            )
         need_dot = state.ntk is not None
         nngp, dot = self.dual(
             state.cov, state.var1, state.var2, inplace=inplace, derivative=need_dot
@@ -102,8 +129,6 @@ class Activation(Layer):
         dtype: torch.dtype,
         device: torch.device | str | None,
     ) -> nn.Module:
-        from ..nets.modules import ElementwiseActivation
-
         return ElementwiseActivation(self.phi, repr(self))
 
 
@@ -207,6 +232,10 @@ def _relu_dual_inplace(
 @dataclass(frozen=True)
 class Relu(Activation):
     """:math:`\\phi(x) = \\max(x, 0)`; arc-cosine dual kernels of degrees 1 and 0."""
+
+    @property
+    def fused_kind(self) -> Literal["relu"] | None:
+        return "relu" if type(self) is Relu else None
 
     def phi(self, x: Tensor) -> Tensor:
         return torch.relu(x)
@@ -362,6 +391,10 @@ class Cos(Activation):
 class Identity(Activation):
     """:math:`\\phi(x) = x`: the kernels pass through unchanged."""
 
+    @property
+    def passes_through(self) -> bool:
+        return True
+
     def phi(self, x: Tensor) -> Tensor:
         return x
 
@@ -403,7 +436,8 @@ class Elementwise(Activation):
     Examples
     --------
     >>> import torch, ntklab as nl
-    >>> arch = nl.serial(nl.Dense(1.0), nl.Elementwise(torch.tanh, "tanh"), nl.Dense(1.0))
+    >>> tanh = nl.Elementwise(torch.tanh, "tanh")
+    >>> arch = nl.serial(nl.Dense(w_std=1.0), tanh, nl.Dense(w_std=1.0))
     >>> arch.kernel(torch.randn(3, 2, dtype=torch.float64)).nngp.shape
     torch.Size([3, 3])
     """

@@ -24,24 +24,34 @@ input's fan-in only, so the uniform weights make them Gaussian only approximatel
 relative error of the first activation's dual is of order :math:`1/n_{in}`).
 
 Dropout is read at inference (``model.eval()``), where it is the identity. A module with its
-own ``forward`` is read when ``torch.fx`` traces it to a residual block, ``x + branch(x)`` or
-``x + c * branch(x)`` with ``branch`` a chain of submodules (each read as above); any other
-forward code is an error that names the module.
+own ``forward`` is read from its ``torch.fx`` trace as a graph (:mod:`ntklab.kernels.graphs`):
+submodules and the functions ``relu``, ``tanh``, ``sigmoid``, ``gelu``, ``erf`` extend a
+chain; sums, differences and products of values become ``FanOut``, ``parallel`` and
+``FanInSum``/``FanInProd``; ``torch.cat(..., dim=1)`` becomes ``FanInConcat``; constant
+factors scale a branch. So ``x + f(x)``, ``x - f(x)``, ``2 * x + f(x)``, ``relu(x + f(x))``,
+``torch.cat([f(x), g(x)], 1)`` and ``f(x) * g(x)`` are read. Constants added to a value,
+submodules called twice (shared weights), sums or products of values that share all their
+weights (``x * x``) and any other function are errors that name the module and its path.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch import nn
+import torch
+from torch import fx, nn
 
 from ..errors import NtklabTypeError, NtklabValueError
 from .activations import (
     Activation,
     Elementwise,
+    ElementwiseActivation,
+    Erf,
     Gelu,
+    Identity,
     LeakyRelu,
     Relu,
     Sigmoid,
@@ -49,12 +59,62 @@ from .activations import (
     Softplus,
     Tanh,
 )
-from .layers import Architecture, Dense, Layer, serial
-from .spatial import AvgPool, Conv, Dropout, Flatten, GlobalAvgPool, LayerNorm, Residual
+from .conv import Conv, ConvLayer
+from .dense import Dense, DenseLayer
+from .dropout import Dropout
+from .engine import Architecture, Layer, serial
+from .graphs import (
+    FanInConcat,
+    FanInProd,
+    FanInSum,
+    FanOut,
+    Residual,
+    ResidualBlock,
+    Scale,
+    parallel,
+)
+from .normalization import LayerNorm, LayerNormLayer
+from .pooling import AvgPool, AvgPoolLayer, Flatten, GlobalAvgPool, GlobalAvgPoolLayer
 
 __all__ = ["from_torch"]
 
-Scale = float | Mapping[str, float] | None
+
+def _binary_ops() -> dict[object, str]:
+    return {
+        operator.add: "add",
+        torch.add: "add",
+        "add": "add",
+        operator.sub: "sub",
+        torch.sub: "sub",
+        "sub": "sub",
+        operator.mul: "mul",
+        torch.mul: "mul",
+        "mul": "mul",
+        operator.truediv: "div",
+        torch.div: "div",
+        "div": "div",
+    }
+
+
+def _unary_ops() -> dict[object, Callable[[], Layer]]:
+    return {
+        torch.relu: Relu,
+        nn.functional.relu: Relu,
+        "relu": Relu,
+        torch.tanh: Tanh,
+        "tanh": Tanh,
+        torch.sigmoid: Sigmoid,
+        "sigmoid": Sigmoid,
+        nn.functional.gelu: Gelu,
+        torch.erf: Erf,
+        "erf": Erf,
+    }
+
+
+_BINARY = _binary_ops()
+_UNARY = _unary_ops()
+
+ScaleOption = float | Mapping[str, float] | None
 
 _SPECIAL_ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.GELU, nn.Sigmoid, nn.SiLU, nn.Softplus)
 _GENERIC_ACTIVATIONS = (
@@ -74,7 +134,8 @@ _GENERIC_ACTIVATIONS = (
 _MONTE_CARLO = (
     "For such a model, estimate its kernels from finite networks instead: "
     "ntklab.empirical.ntk(model, x1, x2) for one initialization, or the average over "
-    "initializations as ntklab.empirical.monte_carlo_kernel does."
+    "initializations, ntklab.empirical.monte_carlo_kernel(make_model, x1, x2, n_samples=...) "
+    "with make_model a function that returns a freshly initialized model."
 )
 
 # spatial rank of the representation while reading: None unknown (at the input), 0 flat,
@@ -82,7 +143,9 @@ _MONTE_CARLO = (
 _Rank = int | str | None
 
 
-def from_torch(module: nn.Module, *, w_std: Scale = None, b_std: Scale = None) -> Architecture:
+def from_torch(
+    module: nn.Module, *, w_std: ScaleOption = None, b_std: ScaleOption = None
+) -> Architecture:
     """The architecture of a torch module, for its infinite-width kernels.
 
     Parameters
@@ -150,7 +213,7 @@ def _unsupported(mod: nn.Module, path: str, why: str) -> NtklabValueError:
 
 
 class _Reader:
-    def __init__(self, w_std: Scale, b_std: Scale) -> None:
+    def __init__(self, w_std: ScaleOption, b_std: ScaleOption) -> None:
         for name, value in (("w_std", w_std), ("b_std", b_std)):
             if value is not None and not isinstance(value, int | float | Mapping):
                 raise NtklabTypeError(
@@ -160,7 +223,7 @@ class _Reader:
         self.w_std = w_std
         self.b_std = b_std
 
-    def _scale(self, value: Scale, path: str, default: float) -> float:
+    def _scale(self, value: ScaleOption, path: str, default: float) -> float:
         if value is None:
             return default
         if isinstance(value, Mapping):
@@ -184,29 +247,26 @@ class _Reader:
                 traced = _traced_residual(mod)
                 if traced is not None:
                     return self._traced(mod, path, rank, *traced)
-                why = (
-                    "it has its own forward code, which cannot be read (only x + branch(x) and "
-                    "x + c * branch(x) with a chain of submodules are)"
-                )
+                graph = _traced_graph(mod)
+                if graph is not None:
+                    return _GraphReader(self, mod, path).read(graph, rank)
+                why = "its forward code cannot be traced by torch.fx to one input and one output"
             raise _unsupported(mod, path, why)
         return handler(mod, path, rank)
 
     def _handler(
         self, mod: nn.Module
     ) -> Callable[[nn.Module, str, _Rank], tuple[list[Layer], _Rank]] | None:
-        from ..nets import conv_modules as cm
-        from ..nets import modules as nm
-
         if type(mod) is nn.Sequential:
             return self._sequential
         table: list[tuple[tuple[type, ...], Callable[..., tuple[list[Layer], _Rank]]]] = [
-            ((nm.DenseLayer,), self._dense_layer),
-            ((cm.ConvLayer,), self._conv_layer),
-            ((cm.AvgPoolLayer,), self._avg_pool_layer),
-            ((cm.GlobalAvgPoolLayer,), self._global_pool_layer),
-            ((cm.LayerNormLayer,), self._layer_norm_layer),
-            ((cm.ResidualBlock,), self._residual),
-            ((nm.ElementwiseActivation,), self._elementwise),
+            ((DenseLayer,), self._dense_layer),
+            ((ConvLayer,), self._conv_layer),
+            ((AvgPoolLayer,), self._avg_pool_layer),
+            ((GlobalAvgPoolLayer,), self._global_pool_layer),
+            ((LayerNormLayer,), self._layer_norm_layer),
+            ((ResidualBlock,), self._residual),
+            ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
             ((nn.Conv1d, nn.Conv2d), self._conv),
             ((nn.AvgPool1d, nn.AvgPool2d), self._avg_pool),
@@ -263,7 +323,9 @@ class _Reader:
         fan_in = int(mod.in_features)
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
-        return [Dense(w, b, parameterization="standard", width=int(mod.out_features))], 0
+        return [
+            Dense(w_std=w, b_std=b, parameterization="standard", width=int(mod.out_features))
+        ], 0
 
     def _conv(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = 1 if isinstance(mod, nn.Conv1d) else 2
@@ -304,9 +366,9 @@ class _Reader:
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
         conv = Conv(
-            kernel,
-            stride,
-            padding,  # type: ignore[arg-type]
+            filter_shape=kernel,
+            strides=stride,
+            padding=padding,  # type: ignore[arg-type]
             w_std=w,
             b_std=b,
             parameterization="standard",
@@ -320,16 +382,21 @@ class _Reader:
             raise _unsupported(
                 mod, path, f"the {mod.parameterization!r} parameterization has no kernel limit"
             )
-        layer = Dense(mod.w_std, mod.b_std, mod.parameterization, width=int(mod.out_features))
+        layer = Dense(
+            w_std=mod.w_std,
+            b_std=mod.b_std,
+            parameterization=mod.parameterization,
+            width=int(mod.out_features),
+        )
         return [layer], 0
 
     def _conv_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = len(mod.filter_shape)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         conv = Conv(
-            mod.filter_shape,
-            mod.strides,
-            mod.padding,
+            filter_shape=mod.filter_shape,
+            strides=mod.strides,
+            padding=mod.padding,
             w_std=mod.w_std,
             b_std=mod.b_std,
             parameterization=mod.parameterization,
@@ -447,6 +514,172 @@ def _require_rank(
     raise _unsupported(mod, path, f"it receives {got} here and {why}")
 
 
+def _traced_graph(mod: nn.Module) -> Any:
+    """The ``torch.fx`` graph of ``mod.forward`` when it traces to one input and one output,
+    else None."""
+    try:
+        graph = fx.symbolic_trace(mod).graph
+    except Exception:
+        return None
+    nodes = list(graph.nodes)
+    if sum(n.op == "placeholder" for n in nodes) != 1 or sum(n.op == "output" for n in nodes) != 1:
+        return None
+    return graph
+
+
+class _GraphReader:
+    """Reads a traced forward into a chain of layers with ``FanOut``/``parallel``/``FanIn``.
+
+    Each value of the graph is a function of the input ``x``. A value is the chain of layers
+    from the nearest value that every path to it goes through (its dominator): submodules
+    and activation functions extend a chain; a sum, difference, product or channel
+    concatenation of values is ``FanOut(k)``, one branch per operand from their common
+    dominator, and ``FanInSum``/``FanInProd``/``FanInConcat``; a constant factor is a scale
+    of its branch. Branches that share a layer (other than through their dominator) are not
+    read: their kernels would need the layer's weights in two places.
+    """
+
+    def __init__(self, reader: _Reader, mod: nn.Module, path: str) -> None:
+        self.reader, self.mod, self.path = reader, mod, path
+
+    def read(self, graph: Any, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        nodes = list(graph.nodes)
+        self.x = next(n for n in nodes if n.op == "placeholder")
+        self.order = {n: i for i, n in enumerate(nodes)}
+        called = [str(n.target) for n in nodes if n.op == "call_module"]
+        twice = sorted({t for t in called if called.count(t) > 1})
+        if twice:
+            raise self.fail(
+                f"submodule {twice[0]} is called more than once (shared weights have no "
+                "kernel here)"
+            )
+        out = next(n for n in nodes if n.op == "output").args[0]
+        return self.chain(out, self.x, rank)
+
+    def fail(self, why: str) -> NtklabValueError:
+        return _unsupported(self.mod, self.path, why)
+
+    def ancestors(self, node: Any, start: Any) -> set[Any]:
+        """The values on the paths from ``start`` to ``node`` (both included)."""
+        seen: set[Any] = set()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n in seen or not hasattr(n, "all_input_nodes"):
+                continue
+            seen.add(n)
+            if n is not start:
+                stack.extend(n.all_input_nodes)
+        if start not in seen:
+            raise self.fail(f"its value {node.name} does not depend on the input")
+        return seen
+
+    def dominator(self, operands: list[Any], start: Any) -> Any:
+        """The latest value that every path from ``start`` to the operands goes through."""
+        common = set.intersection(*(self.ancestors(op, start) for op in operands))
+        for cand in sorted(common, key=self.order.__getitem__, reverse=True):
+            if cand is start or all(self._through(op, cand, start) for op in operands):
+                return cand
+        return start
+
+    def _through(self, node: Any, cand: Any, start: Any) -> bool:
+        """Whether every path from ``start`` to ``node`` passes through ``cand``."""
+        stack, seen = [node], set()
+        while stack:
+            n = stack.pop()
+            if n is cand or n in seen:
+                continue
+            if n is start:
+                return False
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+        return True
+
+    def chain(self, node: Any, start: Any, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        if node is start:
+            return [], rank
+        if not hasattr(node, "op"):
+            raise self.fail(f"its forward returns a constant {node!r}")
+        target = node.target
+        if node.op == "call_module":
+            if len(node.args) != 1 or node.kwargs:
+                raise self.fail(f"submodule {target} is called with several arguments")
+            layers, r = self.chain(node.args[0], start, rank)
+            sub_path = f"{self.path}.{target}" if self.path else str(target)
+            own, r = self.reader.read(self.mod.get_submodule(str(target)), sub_path, r)
+            return layers + own, r
+        unary = _UNARY.get(target) if node.op == "call_function" else _UNARY.get(str(target))
+        if unary is not None and len(node.args) == 1 and not node.kwargs:
+            layers, r = self.chain(node.args[0], start, rank)
+            return [*layers, unary()], r
+        if target in (operator.neg, torch.neg, "neg") and len(node.args) == 1:
+            layers, r = self.chain(node.args[0], start, rank)
+            return [*layers, Scale(-1.0)], r
+        if target in _BINARY and len(node.args) == 2 and not node.kwargs:
+            kind = _BINARY[target]
+            a, b = node.args
+            consts = [v for v in (a, b) if isinstance(v, int | float)]
+            if consts:
+                value = next(v for v in (a, b) if not isinstance(v, int | float))
+                c = float(consts[0])
+                if kind == "mul" or (kind == "div" and value is a):
+                    scale = c if kind == "mul" else 1.0 / c
+                    layers, r = self.chain(value, start, rank)
+                    return [*layers, Scale(scale)], r
+                raise self.fail(
+                    f"its forward adds a constant or divides by a value ({node.name}); the "
+                    "kernels are those of zero-mean layers"
+                )
+            if kind == "div":
+                raise self.fail(f"its forward divides two values ({node.name})")
+            signs = [1.0, -1.0 if kind == "sub" else 1.0]
+            fan_in: Layer = FanInProd() if kind == "mul" else FanInSum()
+            return self.branches([a, b], signs, fan_in, start, rank)
+        if target in (torch.cat, torch.concat, "cat"):
+            values = node.args[0] if node.args else node.kwargs.get("tensors")
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            if not isinstance(values, list | tuple) or dim not in (1, -1):
+                raise self.fail(
+                    f"its forward concatenates along dim={dim!r} ({node.name}); only the "
+                    "channel or feature axis (dim=1) is read"
+                )
+            return self.branches(list(values), [1.0] * len(values), FanInConcat(dim), start, rank)
+        raise self.fail(f"its forward calls {getattr(target, '__name__', target)!r} ({node.name})")
+
+    def branches(
+        self, operands: list[Any], signs: list[float], fan_in: Layer, start: Any, rank: _Rank
+    ) -> tuple[list[Layer], _Rank]:
+        dom = self.dominator(operands, start)
+        head, r = self.chain(dom, start, rank)
+        inner = [self.ancestors(op, dom) - {dom} for op in operands]
+        for i in range(len(inner)):
+            for j in range(i):
+                if inner[i] & inner[j]:
+                    raise self.fail(
+                        "two operands of one sum, product or concatenation share a layer "
+                        "other than through a common input; their kernels would need its "
+                        "weights twice"
+                    )
+        paths: list[list[Layer]] = []
+        ranks = set()
+        for op, sign in zip(operands, signs, strict=True):
+            layers, out = self.chain(op, dom, r)
+            if sign != 1.0:
+                layers.append(Scale(sign))
+            paths.append(layers or [Identity()])
+            ranks.add(out)
+        if len(ranks) > 1:
+            raise self.fail("the operands of a sum, product or concatenation differ in rank")
+        free = [i for i, p in enumerate(paths) if not any(lay.has_parameters for lay in p)]
+        if len(free) > 1 and not isinstance(fan_in, FanInConcat):
+            raise self.fail(
+                "its forward adds or multiplies values that share all their weights (such as "
+                "x * x): they are not independent branches, whose kernels the sum or product "
+                "would combine"
+            )
+        return [*head, FanOut(len(paths)), parallel(*paths), fan_in], ranks.pop()
+
+
 def _traced_residual(mod: nn.Module) -> tuple[list[str], float] | None:
     """``(submodule names, scale)`` when ``mod.forward`` is ``x + scale * m_k(...m_1(x))``.
 
@@ -454,11 +687,6 @@ def _traced_residual(mod: nn.Module) -> tuple[list[str], float] | None:
     branches that are not a chain of submodules, functions other than the sum and a constant
     scale) gives None.
     """
-    import operator
-
-    import torch
-    from torch import fx
-
     try:
         graph = fx.symbolic_trace(mod).graph
     except Exception:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -37,6 +38,24 @@ class Kernel:
         """``(n1, n2)``."""
         return (int(self.nngp.shape[0]), int(self.nngp.shape[1]))
 
+    def to(self, *args: Any, **kwargs: Any) -> Kernel:
+        """The kernel with every tensor converted by ``Tensor.to(*args, **kwargs)`` (a device,
+        a dtype, or both), as ``torch.nn.Module.to``.
+
+        Examples
+        --------
+        >>> import torch, ntklab as nl
+        >>> k = nl.serial(nl.Dense(), nl.Relu(), nl.Dense()).kernel(torch.randn(3, 2))
+        >>> k.to(torch.float64).ntk.dtype
+        torch.float64
+        """
+        return Kernel(
+            nngp=self.nngp.to(*args, **kwargs),
+            ntk=self.ntk.to(*args, **kwargs),
+            var1=self.var1.to(*args, **kwargs),
+            var2=self.var2.to(*args, **kwargs),
+        )
+
 
 @dataclass(frozen=True)
 class KernelState:
@@ -55,7 +74,9 @@ class KernelState:
     ``(batch..., H, H', W, W')``, otherwise only the same-position diagonal ``(batch..., H, W)``.
     ``gaussian`` says that the representation is a zero-mean Gaussian process linear in the
     last layer's fresh weights (after ``Dense``/``Conv``, not after a nonlinearity): what
-    ``LayerNorm`` and the residual sum assume.
+    ``LayerNorm`` and the residual sum assume. ``product`` says that it is a product of
+    branches (``FanInProd``), not Gaussian, until the next ``Dense``/``Conv``: activations
+    (whose duals are Gaussian expectations) cannot read it.
     """
 
     cov: Tensor
@@ -66,6 +87,7 @@ class KernelState:
     spatial_ndim: int = 0
     full_spatial: bool = False
     gaussian: bool = False
+    product: bool = False
 
     @property
     def batch_ndim(self) -> int:

@@ -51,8 +51,8 @@ from torch import Tensor, nn
 
 from .._checks import check_nonnegative, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
+from ..kernels import Architecture, Dense
 from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
-from ..kernels.layers import Architecture, Dense
 from ..memory import resolve_max_memory
 from .modules import DenseLayer
 from .training import Normalization
@@ -243,7 +243,7 @@ def ensemble(
     --------
     >>> import torch, ntklab as nl
     >>> from ntklab.nets.ensemble import ensemble
-    >>> arch = nl.serial(nl.Dense(1.0, None), nl.Erf(), nl.Dense(1.0, None))
+    >>> arch = nl.serial(nl.Dense(w_std=1.0, b_std=None), nl.Erf(), nl.Dense(w_std=1.0, b_std=None))
     >>> ens = ensemble(arch, 100, 64, in_features=3, generator=torch.Generator().manual_seed(0))
     >>> ens(torch.randn(5, 3)).shape
     torch.Size([100, 5, 1])
@@ -859,7 +859,7 @@ def train_ensemble(
     --------
     >>> import torch, ntklab as nl
     >>> from ntklab.nets.ensemble import ensemble, train_ensemble
-    >>> arch = nl.serial(nl.Dense(1.0, None), nl.Erf(), nl.Dense(1.0, None))
+    >>> arch = nl.serial(nl.Dense(w_std=1.0, b_std=None), nl.Erf(), nl.Dense(w_std=1.0, b_std=None))
     >>> g = torch.Generator().manual_seed(0)
     >>> ens = ensemble(arch, 50, 32, in_features=2, generator=g, dtype=torch.float64)
     >>> x, y = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)

@@ -385,7 +385,7 @@ def kernel_operator(
     --------
     >>> import torch, ntklab as nl
     >>> from ntklab.solvers import kernel_operator
-    >>> arch = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5))
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5))
     >>> op = kernel_operator(arch, torch.randn(50, 3, dtype=torch.float64), max_memory=2**16)
     >>> (op @ torch.ones(50, dtype=torch.float64)).shape
     torch.Size([50])

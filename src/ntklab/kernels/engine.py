@@ -1,0 +1,912 @@
+"""The kernel engine: the layer contract, the carried state, and the walk through a graph.
+
+An architecture is a chain of layers (:func:`serial`); a layer may hold branches
+(:func:`~ntklab.kernels.graphs.parallel`), so the chain is a graph. Conventions are those of
+neural-tangents' ``stax`` (arXiv:1912.02803): the input kernel of an ``(n, d)`` batch is
+:math:`K_0(x, x') = \\langle x, x' \\rangle / d` with :math:`\\Theta_0 = 0`; the input kernel of
+images ``(n, C, *S)`` averages over channels, :math:`K_0(x, x')_{hh'} = \\frac1C \\sum_c
+x_{ch} x'_{ch'}`.
+
+What this module owns, and the layer rooms do not:
+
+- **The carried state** (:class:`Flow`): the pair kernel of ``x1`` and ``x2`` and the
+  per-input kernels (variances), which activations read. For images the engine decides once,
+  from the architecture alone and before any compute (:func:`plan_chain`), which covariance
+  each layer's output keeps: the **full** spatial covariance while a pooling layer still
+  follows (in any branch), the **spatial diagonal** after the last one, or **none** for flat
+  inputs (:data:`Carry`). Full layouts hold :math:`|S|` times more numbers per pair.
+- **Validation** of the inputs (:func:`check_images`) and of the chain.
+- **Blocking** over input pairs under ``max_memory`` (:func:`kernel_in_blocks`).
+- **Dispatch** of runs of ``[Relu, Dense]`` on flat CPU inputs to the fused backend
+  (:mod:`ntklab.kernels._fused`).
+
+Each layer family (dense, activations, convolution, pooling, normalization, dropout, graphs)
+lives in its own module with its kernel rule and its finite module side by side; they import
+this module, never the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_channels_first, check_inputs, check_positive_int, check_precision
+from ..errors import NtklabTypeError, NtklabValueError
+from ..memory import format_bytes, resolve_max_memory
+from . import _fused
+from .covariance import next_diagonal, self_variances, to_diagonal, with_variances
+from .kernel import Kernel, KernelState
+from .network_wrappers import AntisymmetricPair, ScaledOutput
+
+__all__ = [
+    "FLAT_MATRICES",
+    "Architecture",
+    "Carry",
+    "Features",
+    "Flow",
+    "GraphLayer",
+    "Layer",
+    "Plan",
+    "plan_chain",
+    "run_chain",
+    "serial",
+]
+
+Parameterization = Literal["ntk", "standard"]
+Role = Literal["input", "hidden", "output", "only"]
+
+Carry = Literal["full", "diagonal", "none"]
+"""Which covariance of the inputs the recursion carries: between every pair of positions
+(``"full"``), between equal positions only (``"diagonal"``), or none (flat inputs)."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The state carried along one edge of the graph.
+
+    ``pair`` holds the kernels between ``x1`` and ``x2`` (its ``var1``/``var2`` refreshed from
+    the per-input states after each layer); ``diag1`` and ``diag2`` the kernels of each input
+    with itself; ``diag2 = None`` means ``x2`` is ``x1``.
+    """
+
+    pair: KernelState
+    diag1: KernelState
+    diag2: KernelState | None
+
+    def refreshed(self) -> Flow:
+        """The flow with ``pair``'s variances taken from the per-input states."""
+        diag2 = self.diag1 if self.diag2 is None else self.diag2
+        return dataclasses.replace(self, pair=with_variances(self.pair, self.diag1, diag2))
+
+    def to_diagonal(self) -> Flow:
+        """Drop the off-diagonal positions of a full spatial layout (a no-op otherwise)."""
+        if not self.pair.full_spatial:
+            return self
+        diag2 = None if self.diag2 is None else to_diagonal(self.diag2)
+        return Flow(to_diagonal(self.pair), to_diagonal(self.diag1), diag2).refreshed()
+
+
+Flows: TypeAlias = "Flow | tuple[Flow, ...]"
+"""One edge, or the parallel edges between a ``FanOut`` and a ``FanIn``."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which covariance a chain keeps, decided before any compute.
+
+    ``keep_full[i]``: whether the output of layer ``i`` is still carried in the full spatial
+    layout (a later layer, in this chain or after it, pools). ``branches[i]``: the plans of
+    layer ``i``'s branches (empty for a layer without branches).
+    """
+
+    keep_full: tuple[bool, ...]
+    branches: tuple[tuple[Plan, ...], ...]
+    needs_full_input: bool = False
+
+    @property
+    def carry(self) -> Carry:
+        """The layout an image input is carried in (flat inputs carry ``"none"``)."""
+        return "full" if self.needs_full_input else "diagonal"
+
+
+def plan_chain(layers: Sequence[Layer], keep_full_at_end: bool) -> Plan:
+    """The carry plan of a chain whose output must stay full when ``keep_full_at_end``."""
+    keep: list[bool] = []
+    branches: list[tuple[Plan, ...]] = []
+    full_after = keep_full_at_end
+    for layer in reversed(layers):
+        keep.append(full_after)
+        branches.append(layer.branch_plans(full_after))
+        full_after = full_after or layer.mixes_space
+    return Plan(tuple(reversed(keep)), tuple(reversed(branches)), full_after)
+
+
+def run_chain(
+    layers: Sequence[Layer], plan: Plan, flow: Flows, *, inplace: bool, fusable: bool
+) -> Flows:
+    """Propagate ``flow`` through ``layers`` as ``plan`` says.
+
+    ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
+    (which works in place).
+    """
+    i = 0
+    layers = tuple(layers)
+    while i < len(layers):
+        if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim == 0:
+            length = _fused.run_length(layers, i)
+            if length:
+                run = layers[i : i + length]
+                done = _fused.propagate_run(run, flow.pair, flow.diag1, flow.diag2)
+                if done is not None:
+                    pair, d1, d2 = done
+                    flow = Flow(pair, d1, None if flow.diag2 is None else d2)
+                    i += length
+                    continue
+        flow = layers[i].step(flow, plan.branches[i], inplace=inplace)
+        if not plan.keep_full[i]:
+            flow = (
+                flow.to_diagonal()
+                if isinstance(flow, Flow)
+                else tuple(f.to_diagonal() for f in flow)
+            )
+        i += 1
+    return flow
+
+
+def single_flow(layer: Layer, flow: Flows) -> Flow:
+    """``flow`` when it is one edge; an error naming ``layer`` when it is several branches."""
+    if isinstance(flow, Flow):
+        return flow
+    raise NtklabValueError(
+        f"{type(layer).__name__}: expected one input, got {len(flow)} branches; combine them "
+        "first with FanInSum(), FanInConcat() or FanInProd()"
+    )
+
+
+class Layer(ABC):
+    """A layer of an architecture: it maps kernels to kernels and builds its finite module."""
+
+    @abstractmethod
+    def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        """Apply the layer's kernel recursion to ``state``.
+
+        ``state.var1``/``state.var2`` hold the variances of the layer's *input*. With
+        ``inplace=True`` the layer may overwrite ``state.cov`` and ``state.ntk``.
+        """
+
+    @abstractmethod
+    def module(
+        self,
+        in_features: int | None,
+        out_features: int | None,
+        *,
+        generator: torch.Generator | None,
+        dtype: torch.dtype,
+        device: torch.device | str | None,
+    ) -> nn.Module:
+        """The finite-width counterpart of the layer (``in_features=None``: inferred lazily)."""
+
+    @property
+    def has_parameters(self) -> bool:
+        """Whether the layer has weights (it changes the width of the representation)."""
+        return any(layer.has_parameters for layer in self.sublayers)
+
+    @property
+    def sublayers(self) -> tuple[Layer, ...]:
+        """The layers inside this one (the branches of a graph layer), in order."""
+        return ()
+
+    def _requires_grad(self) -> bool:
+        return any(layer._requires_grad() for layer in self.sublayers)
+
+    @property
+    def spatial_ndim(self) -> int | None:
+        """Spatial dimensions of the inputs the layer acts on (``Conv``, ``AvgPool``), else
+        ``None``."""
+        dims = {layer.spatial_ndim for layer in self.sublayers} - {None}
+        return dims.pop() if len(dims) == 1 else None
+
+    @property
+    def spatial_layer(self) -> bool:
+        """Whether the layer reads image batches ``(n, C, *S)`` (convolutions, pooling,
+        ``Flatten``): an architecture with one accepts images."""
+        return self.spatial_ndim is not None or any(lay.spatial_layer for lay in self.sublayers)
+
+    @property
+    def mixes_space(self) -> bool:
+        """Whether the layer reads covariances between different positions (pooling)."""
+        return any(layer.mixes_space for layer in self.sublayers)
+
+    @property
+    def reads_preactivations(self) -> bool:
+        """Whether the layer needs a layer with parameters before it (activations)."""
+        return False
+
+    @property
+    def passes_through(self) -> bool:
+        """Whether the layer only averages or reshapes (pooling, ``Flatten``, ``Dropout``,
+        ``Identity``): a normalization's gain may reach a ``Dense`` through it."""
+        return False
+
+    @property
+    def fused_kind(self) -> Literal["relu", "dense"] | None:
+        """``"relu"`` or ``"dense"`` (NTK parameterization, plain-number scales) when the
+        fused CPU kernel can run the layer (:mod:`ntklab.kernels._fused`)."""
+        return None
+
+    @property
+    def takes_role(self) -> bool:
+        """Whether :meth:`module` takes ``parameterization`` and ``role`` (``Dense``)."""
+        return False
+
+    def check_in_chain(
+        self, layers: Sequence[Layer], index: int, where: str, in_branch: bool
+    ) -> None:
+        """Raise when the layer cannot sit at ``layers[index]`` (``where`` names the chain in
+        errors; ``in_branch``: the chain is a branch of a graph layer)."""
+        for i, layer in enumerate(self.sublayers):
+            layer.check_in_chain(self.sublayers, i, f"{where}[{index}].branch", True)
+
+    def branch_plans(self, keep_full: bool) -> tuple[Plan, ...]:
+        """The carry plans of the layer's branches, given whether its output stays full."""
+        return ()
+
+    def step(self, flow: Flows, plans: tuple[Plan, ...], *, inplace: bool) -> Flows:
+        """One step of the walk: propagate the pair state and the per-input states, then
+        refresh the variances. Graph layers override it."""
+        one = single_flow(self, flow)
+        pair = self.propagate(one.pair, inplace=inplace)
+        diag1 = next_diagonal(self, one.diag1)
+        diag2 = None if one.diag2 is None else next_diagonal(self, one.diag2)
+        return Flow(pair, diag1, diag2).refreshed()
+
+    # A single layer is also a (one-layer) architecture.
+    def kernel(self, x1: Tensor, x2: Tensor | None = None) -> Kernel:
+        """The kernel of the one-layer architecture ``serial(self)``."""
+        return serial(self).kernel(x1, x2)
+
+
+def as_float(v: float | Tensor) -> float:
+    """A plain float of a number or a one-element tensor."""
+    return float(v.detach()) if isinstance(v, Tensor) else float(v)
+
+
+def check_width(width: object, meaning: str, keywords: str) -> None:
+    """Raise unless ``width`` is None or a positive int; the message says what the first
+    positional argument means and how to pass the scales (``keywords``) instead."""
+    if width is None:
+        return
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise NtklabTypeError(
+            f"width: expected a positive int or None ({meaning}), got {width!r}; pass the "
+            f"scales as keywords, e.g. {keywords}"
+        )
+    check_positive_int("width", width)
+
+
+def affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:
+    """``scale * x + shift``, in place when allowed and the coefficients are plain numbers."""
+    if inplace and not isinstance(scale, Tensor) and not isinstance(shift, Tensor):
+        x = x.mul_(scale)
+        return x.add_(shift) if shift != 0.0 else x
+    return x * scale + shift
+
+
+# --------------------------------------------------------------------------------------------
+# input states
+
+
+def flat_input_flow(a: Tensor, b: Tensor | None, *, fusable: bool) -> Flow:
+    """The input kernels :math:`\\langle x, x' \\rangle / d` of flat batches ``(n, d)``."""
+    d = a.shape[1]
+    var1 = a.square().mean(dim=1)  # shape: (n1,)
+    var2 = var1 if b is None else b.square().mean(dim=1)  # shape: (n2,)
+    scale = d**-0.5  # fold the 1/d of the input kernel into the (n, d) inputs
+    a_scaled = a * scale
+    b_scaled = a_scaled if b is None else b * scale
+    n1, n2 = a.shape[0], b_scaled.shape[0]
+    out = _fused.empty_matrix(n1, n2, a) if fusable else None
+    cov = torch.matmul(a_scaled, b_scaled.T, out=out)  # shape: (n1, n2)
+    pair = KernelState(cov, None, var1[:, None], var2[None, :], d)
+    diag1 = KernelState(var1, None, var1, var1, d)
+    diag2 = None if b is None else KernelState(var2, None, var2, var2, d)
+    return Flow(pair, diag1, diag2)
+
+
+def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
+    """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
+    the diagonal spatial layout."""
+    c, s = x1.shape[1], x1.ndim - 2
+    letters = "hwdxyz"[:s]
+    up = letters.upper()
+    if full:
+        pair = "".join(a + b for a, b in zip(letters, up, strict=True))
+        spec = f"ic{letters},jc{up}->ij{pair}"
+        self_spec = f"ic{letters},ic{up}->i{pair}"
+    else:
+        spec = f"ic{letters},jc{letters}->ij{letters}"
+        self_spec = f"ic{letters},ic{letters}->i{letters}"
+    other = x1 if x2 is None else x2
+    grad = torch.is_grad_enabled() and (x1.requires_grad or other.requires_grad)
+    cov = torch.einsum(spec, x1, other)
+    cov = cov / c if grad else cov.div_(c)
+
+    def self_state(x: Tensor) -> KernelState:
+        k = torch.einsum(self_spec, x, x) / c
+        return self_variances(KernelState(k, None, k, k, c, spatial_ndim=s, full_spatial=full))
+
+    diag1 = self_state(x1)
+    diag2 = None if x2 is None else self_state(x2)
+    state = KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
+    return Flow(state, diag1, diag2).refreshed()
+
+
+# --------------------------------------------------------------------------------------------
+# validation and blocking
+
+
+def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
+    """The number of spatial dimensions the architecture's Conv/AvgPool layers expect."""
+    dims: set[int] = set()
+
+    def collect(items: Sequence[Layer]) -> None:
+        for layer in items:
+            if layer.sublayers:
+                collect(layer.sublayers)
+            elif layer.spatial_ndim is not None:
+                dims.add(layer.spatial_ndim)
+
+    collect(layers)
+    if len(dims) > 1:
+        raise NtklabValueError(
+            "layers: expected Conv/AvgPool layers of one spatial dimensionality, got "
+            f"{sorted(dims)}"
+        )
+    return dims.pop() if dims else None
+
+
+def check_images(
+    x1: object, x2: object | None, spatial_ndim: int | None
+) -> tuple[Tensor, Tensor | None]:
+    """Validate image batches ``(n, C, *S)`` (or flat ``(n, d)`` when ``spatial_ndim`` is
+    None) for an architecture with spatial layers: float32 or float64, finite, and not
+    channels-last (:func:`~ntklab._checks.check_channels_first`: a last axis of 1 or 3 entries
+    after axes of more than 4 is refused)."""
+
+    def one(name: str, x: object) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise NtklabTypeError(
+                f"{name}: expected a torch.Tensor of shape (n, C, ...), got {type(x).__name__}"
+            )
+        ndims = (2, 3, 4) if spatial_ndim is None else (spatial_ndim + 2,)
+        if x.ndim not in ndims:
+            want = {3: "(n, C, L)", 4: "(n, C, H, W)"}.get(ndims[-1], "(n, d)")
+            if spatial_ndim is None:
+                want = "(n, d), (n, C, L) or (n, C, H, W)"
+            raise NtklabValueError(
+                f"{name}: expected a {'/'.join(map(str, ndims))}-D tensor of shape {want}, got "
+                f"{x.ndim}-D shape {tuple(x.shape)}"
+            )
+        check_precision(name, x)
+        if x.ndim > 2:
+            check_channels_first(name, x)
+        if min(x.shape[1:]) == 0:
+            raise NtklabValueError(
+                f"{name}: expected non-empty channels and positions, got shape {tuple(x.shape)}"
+            )
+        if not bool(torch.isfinite(x).all()):
+            bad = int((~torch.isfinite(x)).sum())
+            raise NtklabValueError(f"{name}: expected finite values, got {bad} NaN or inf entries")
+        return x
+
+    a = one("x1", x1)
+    if x2 is None:
+        return a, None
+    b = one("x2", x2)
+    if a.shape[1:] != b.shape[1:]:
+        raise NtklabValueError(
+            f"x2: expected the channels and spatial shape of x1, {tuple(a.shape[1:])}, got "
+            f"{tuple(b.shape[1:])}"
+        )
+    if a.dtype != b.dtype:
+        raise NtklabTypeError(f"x2: expected the dtype of x1 ({a.dtype}), got {b.dtype}")
+    if a.device != b.device:
+        raise NtklabValueError(f"x2: expected the device of x1 ({a.device}), got {b.device}")
+    return a, b
+
+
+def block_bytes(x: Tensor, rows: int, cols: int, full: bool) -> int:
+    """Estimated peak bytes of one block of ``rows x cols`` input pairs: the NNGP and NTK
+    and two temporaries per pair, plus the per-input states, at the input's spatial size
+    (padded by 2 per dimension)."""
+    positions = math.prod(s + 2 for s in x.shape[2:])
+    per_pair = positions**2 if full else positions
+    item = x.element_size()
+    return item * per_pair * (4 * rows * cols + 4 * (rows + cols))
+
+
+def kernel_in_blocks(
+    compute: Callable[[Tensor, Tensor | None], Kernel],
+    a: Tensor,
+    b: Tensor | None,
+    *,
+    full: bool,
+    max_memory: int | None,
+) -> Kernel:
+    """Compute ``compute(a, b)`` in blocks of input pairs that fit ``max_memory`` bytes."""
+    budget = resolve_max_memory(max_memory, a.device)
+    n1 = a.shape[0]
+    n2 = n1 if b is None else b.shape[0]
+    if block_bytes(a, n1, n2, full) <= budget:
+        return compute(a, b)
+    if block_bytes(a, 1, 1, full) > budget:
+        layout = "full spatial covariance" if full else "spatial diagonal"
+        raise NtklabValueError(
+            f"max_memory: expected at least {block_bytes(a, 1, 1, full)} bytes (one pair of "
+            f"inputs of shape {tuple(a.shape[1:])}, {layout}), got {budget}; reduce the "
+            "image size, use Flatten instead of pooling, or pass a larger max_memory"
+        )
+    size = 1
+    while size < max(n1, n2) and block_bytes(a, 2 * size, 2 * size, full) <= budget:
+        size *= 2
+    blocks1 = list(range(0, n1, size))
+    blocks2 = list(range(0, n2, size))
+    rows_nngp: list[Tensor] = []
+    rows_ntk: list[Tensor] = []
+    var1_parts: list[Tensor] = []
+    var2_parts: list[Tensor | None] = [None] * len(blocks2)
+    cache: dict[tuple[int, int], Kernel] = {}
+    for i, s1 in enumerate(blocks1):
+        xa = a[s1 : s1 + size]
+        row_nngp, row_ntk = [], []
+        for j, s2 in enumerate(blocks2):
+            if b is None and j < i:
+                k_t = cache[(j, i)]
+                row_nngp.append(k_t.nngp.T)
+                row_ntk.append(k_t.ntk.T)
+                continue
+            k = (
+                compute(xa, None)
+                if b is None and i == j
+                else compute(xa, (a if b is None else b)[s2 : s2 + size])
+            )
+            if b is None:
+                cache[(i, j)] = k
+            row_nngp.append(k.nngp)
+            row_ntk.append(k.ntk)
+            if var2_parts[j] is None:
+                var2_parts[j] = k.var2
+            if (j == 0 or (b is None and i == j)) and len(var1_parts) == i:
+                var1_parts.append(k.var1)
+        rows_nngp.append(torch.cat(row_nngp, dim=1))
+        rows_ntk.append(torch.cat(row_ntk, dim=1))
+    var1 = torch.cat(var1_parts)
+    var2 = var1 if b is None else torch.cat([v for v in var2_parts if v is not None])
+    return Kernel(nngp=torch.cat(rows_nngp), ntk=torch.cat(rows_ntk), var1=var1, var2=var2)
+
+
+#: Matrices of shape (n1, n2) that the flat recursion holds at its peak (NNGP, NTK, the
+#: correlation and two scratch buffers of the activation's dual).
+FLAT_MATRICES = 5
+_ALWAYS_FITS = 2**26
+
+
+def _check_flat_fits(a: Tensor, b: Tensor | None, max_memory: int | None) -> None:
+    """Refuse a flat kernel whose (n1, n2) matrices cannot fit ``max_memory``."""
+    n1, n2 = a.shape[0], (a if b is None else b).shape[0]
+    needed = FLAT_MATRICES * n1 * n2 * a.element_size()
+    if max_memory is None and needed <= _ALWAYS_FITS:
+        return  # small kernels skip reading the memory policy on every call
+    budget = resolve_max_memory(max_memory, a.device)
+    if needed > budget:
+        source = "the memory policy's default" if max_memory is None else "max_memory"
+        raise NtklabValueError(
+            f"max_memory: the kernel of n1 = {n1} by n2 = {n2} inputs needs about "
+            f"{format_bytes(needed)} ({FLAT_MATRICES} matrices of {n1} x {n2}), more than "
+            f"{source} of {format_bytes(budget)}; use ntklab.solvers.kernel_operator for a "
+            "matrix-free kernel, or compute it in blocks of rows"
+        )
+
+
+def check_chain(layers: Sequence[Layer], where: str) -> None:
+    """Validate a top-level chain: types, activations after a layer with parameters, and each
+    layer's own placement rule (:meth:`Layer.check_in_chain`)."""
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, Layer):
+            raise NtklabTypeError(
+                f"{where}[{i}]: expected an ntklab layer (Dense, Relu, ...), got "
+                f"{type(layer).__name__}"
+            )
+    first_dense = next((i for i, layer in enumerate(layers) if layer.has_parameters), None)
+    for i, layer in enumerate(layers):
+        if layer.reads_preactivations and (first_dense is None or i < first_dense):
+            raise NtklabValueError(
+                f"{where}[{i}]: expected a Dense layer before the activation "
+                f"{type(layer).__name__} (an activation reads the pre-activations of a Dense "
+                "layer), got it before any Dense"
+            )
+    for i, layer in enumerate(layers):
+        layer.check_in_chain(layers, i, where, False)
+
+
+# --------------------------------------------------------------------------------------------
+# architectures
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A chain of layers (possibly with branches) with its infinite-width kernels and
+    finite-width networks.
+
+    Build it with :func:`serial`. ``arch.kernel(x1, x2)`` returns the NNGP and NTK;
+    ``arch.to_torch(width)`` a ``torch.nn.Module`` with the same parameterization, whose
+    empirical NTK and output covariance converge to ``arch.kernel`` as the width grows.
+    """
+
+    layers: tuple[Layer, ...]
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise NtklabValueError("layers: expected at least one layer, got none")
+        check_chain(self.layers, "layers")
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def _requires_grad(self) -> bool:
+        return any(layer._requires_grad() for layer in self.layers)
+
+    def plan(self) -> Plan:
+        """Which covariance each layer's output keeps, for image inputs (decided from the
+        layers alone: full while a pooling layer follows, the diagonal after)."""
+        return plan_chain(self.layers, False)
+
+    def kernel(
+        self, x1: Tensor, x2: Tensor | None = None, *, max_memory: int | None = None
+    ) -> Kernel:
+        """NNGP and NTK between the rows of ``x1`` and ``x2``.
+
+        Parameters
+        ----------
+        x1 : Tensor of shape (n1, d), or (n1, C, *S) for an architecture with spatial layers
+            Images are torch's channels-first batches: ``(n, C, L)`` or ``(n, C, H, W)``.
+        x2 : Tensor of the same shape but for n2, optional
+            Defaults to ``x1``.
+        max_memory : int, optional
+            Bytes available to one block of input pairs, for image inputs (default ``None``:
+            the policy of :mod:`ntklab.memory`, half of the memory this process may still use
+            on the inputs' device). The full spatial covariance needed by pooling holds
+            :math:`n_1 n_2 |S|^2` numbers per kernel; pairs are computed in blocks that fit,
+            and an error says when not even one pair fits. For flat inputs the recursion
+            holds :data:`FLAT_MATRICES` matrices of shape (n1, n2) at its peak; a kernel
+            that needs more than ``max_memory`` is refused before anything is computed (use
+            :func:`ntklab.solvers.kernel_operator` for a matrix-free kernel at that size).
+
+        Returns
+        -------
+        Kernel
+            ``nngp`` and ``ntk`` of shape (n1, n2), on ``x1``'s dtype and device;
+            differentiable in the inputs and in tensor-valued ``w_std``/``b_std``.
+
+        Examples
+        --------
+        >>> import torch, ntklab as nl
+        >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(),
+        ...                  nl.Dense(w_std=1.5, b_std=0.1))
+        >>> k = arch.kernel(torch.randn(4, 3, dtype=torch.float64))
+        >>> k.ntk.shape
+        torch.Size([4, 4])
+        """
+        plan = self.plan()
+        if not any(layer.spatial_layer for layer in self.layers):
+            a, b = check_inputs(x1, x2)
+            _check_flat_fits(a, b, max_memory)
+            return self._kernel(a, b, plan)
+        if max_memory is not None:
+            resolve_max_memory(max_memory)  # the type and sign
+        a, b = check_images(x1, x2, architecture_spatial_ndim(self.layers))
+        full = a.ndim > 2 and plan.carry == "full"
+
+        def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
+            return self._kernel(xa, xb, plan)
+
+        return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory)
+
+    def _kernel(self, a: Tensor, b: Tensor | None, plan: Plan) -> Kernel:
+        """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``)."""
+        inplace = not (
+            torch.is_grad_enabled()
+            and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
+        )
+        fusable = inplace and a.ndim == 2 and _fused.supports(a)
+        if a.ndim > 2:
+            flow: Flows = image_input_flow(a, b, full=plan.carry == "full")
+        else:
+            flow = flat_input_flow(a, b, fusable=fusable)
+        flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
+        if not isinstance(flow, Flow):
+            raise NtklabValueError(
+                f"layers: expected an architecture with one output, got {len(flow)} branches "
+                "at its end; combine them with FanInSum(), FanInConcat() or FanInProd()"
+            )
+        state, diag1 = flow.pair, flow.diag1
+        diag2 = diag1 if flow.diag2 is None else flow.diag2
+        if state.spatial_ndim:
+            raise NtklabValueError(
+                "layers: expected an architecture whose output is flat (ending with Flatten() "
+                "or GlobalAvgPool() before the readout), got one that ends with "
+                f"{state.spatial_ndim} spatial dimension(s)"
+            )
+        nngp = state.cov
+        ntk = state.ntk if state.ntk is not None else torch.zeros_like(nngp)
+        if b is None:
+            # The recursion is elementwise, so the diagonal of K(x1, x1) is the diagonal pass,
+            # computed at correlation exactly 1 (rounding near c = 1 costs sqrt(eps) in angle).
+            diag_ntk = diag1.ntk if diag1.ntk is not None else torch.zeros_like(diag1.cov)
+            if inplace:
+                nngp.diagonal().copy_(diag1.cov)
+                ntk.diagonal().copy_(diag_ntk)
+            else:
+                nngp = torch.diagonal_scatter(nngp, diag1.cov)
+                ntk = torch.diagonal_scatter(ntk, diag_ntk)
+        return Kernel(nngp=nngp, ntk=ntk, var1=diag1.cov, var2=diag2.cov)
+
+    def to_torch(
+        self,
+        width: int = 1024,
+        out_features: int = 1,
+        *,
+        in_features: int | None = None,
+        parameterization: Literal["ntk", "standard", "mup"] | None = None,
+        alpha: float = 1.0,
+        zero_output: bool = False,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> nn.Module:
+        """A finite network with this architecture.
+
+        Parameters
+        ----------
+        width : int
+            Output width of every hidden Dense layer that has no ``width`` of its own.
+        out_features : int
+            Output width of the last Dense layer (when it has no ``width`` of its own).
+        in_features : int, optional
+            Input dimension d. When omitted, the first Dense layer is lazy: its weights are
+            created (from ``generator``) on the first forward call, as ``nn.LazyLinear`` does.
+        parameterization : {"ntk", "standard", "mup"}, optional
+            Overrides the parameterization of every Dense layer (default: each keeps its own).
+            ``"mup"`` is the maximal-update parameterization of Yang & Hu (arXiv:2011.14522),
+            which treats the first Dense layer as the input layer, the last as the readout and
+            the others as hidden (a single Dense layer is parameterized as in NTK); see
+            :class:`ntklab.nets.DenseLayer`.
+        alpha : float
+            Lazy-training scale (Chizat, Oyallon & Bach, arXiv:1812.07956): when not 1 the
+            network is wrapped in :class:`ntklab.nets.ScaledOutput`, whose output is
+            ``alpha`` times the network's; :func:`ntklab.nets.train` then divides the loss by
+            ``alpha**2``.
+        zero_output : bool
+            Build :class:`ntklab.nets.AntisymmetricPair` of two networks of hidden width
+            ``width // 2`` (``width`` must be even), the second a copy of the first:
+            :math:`f = (a - b)/\\sqrt 2` is exactly 0 at initialization and its empirical NTK
+            at initialization equals that of one half. Dense layers with a ``width`` of their
+            own keep it in each half.
+        generator : torch.Generator, optional
+            Source of randomness for the initialization (reproducible networks).
+        dtype, device
+            Of the parameters.
+
+        Returns
+        -------
+        torch.nn.Module
+            An ``nn.Sequential`` (possibly wrapped as above); graph layers become modules
+            that pass tuples of branch outputs (:mod:`ntklab.kernels.graphs`). Its parameters
+            are initialized as the parameterization prescribes (unit Gaussian in NTK
+            parameterization, the scale applied in ``forward``).
+
+        Notes
+        -----
+        ``arch.kernel`` is the infinite-width limit of the NTK- and standard-parameterized
+        networks (the standard one with learning rates scaled by the width). The muP network
+        has no kernel limit: its output vanishes at initialization and its features move by
+        O(1) in training (feature learning), so ``arch.kernel`` does not describe it.
+        """
+        check_positive_int("width", width)
+        check_positive_int("out_features", out_features)
+        if in_features is not None:
+            check_positive_int("in_features", in_features)
+        if parameterization is not None and parameterization not in ("ntk", "standard", "mup"):
+            raise NtklabValueError(
+                "parameterization: expected None, 'ntk', 'standard' or 'mup', got "
+                f"{parameterization!r}"
+            )
+        if not isinstance(zero_output, bool):
+            raise NtklabTypeError(f"zero_output: expected a bool, got {zero_output!r}")
+        if zero_output and width % 2:
+            raise NtklabValueError(
+                "width: expected an even width with zero_output=True (two halves of width "
+                f"width // 2), got {width}"
+            )
+        if parameterization is not None:
+            other = [type(layer).__name__ for layer in _leaves(self.layers) if _fixed(layer)]
+            if other:
+                raise NtklabValueError(
+                    f"parameterization: expected an architecture whose layers with weights are "
+                    f"all Dense (the override applies to Dense only), got {', '.join(other)}"
+                )
+        options = ModuleOptions(
+            hidden=width // 2 if zero_output else width,
+            generator=generator,
+            dtype=dtype,
+            device=device,
+            parameterization=parameterization,
+        )
+        modules = build_modules(self.layers, in_features, out_features, options, top=True)
+        if modules and hasattr(modules[0], "check_layout"):
+            first: Any = modules[0]
+            first.check_layout = True  # refuse channels-last inputs, as kernel() does
+        net: nn.Module = nn.Sequential(*modules)
+        if zero_output:
+            net = AntisymmetricPair(net)
+        if alpha != 1.0:
+            net = ScaledOutput(net, alpha)
+        return net
+
+
+def _leaves(layers: Sequence[Layer]) -> list[Layer]:
+    out: list[Layer] = []
+    for layer in layers:
+        out.extend(_leaves(layer.sublayers) if layer.sublayers else [layer])
+    return out
+
+
+def _fixed(layer: Layer) -> bool:
+    """A layer with weights whose parameterization ``to_torch`` cannot override."""
+    return layer.has_parameters and not layer.takes_role
+
+
+@dataclass(frozen=True)
+class ModuleOptions:
+    """What every finite module of one ``to_torch`` call shares."""
+
+    hidden: int
+    generator: torch.Generator | None
+    dtype: torch.dtype
+    device: torch.device | str | None
+    parameterization: Literal["ntk", "standard", "mup"] | None = None
+
+
+Features: TypeAlias = "int | tuple[int | None, ...] | None"
+"""The width entering a finite module: one int, one per branch, or unknown (lazy)."""
+
+
+def build_modules(
+    layers: Sequence[Layer],
+    in_features: Features,
+    out_features: int | None,
+    options: ModuleOptions,
+    *,
+    top: bool = False,
+) -> list[nn.Module]:
+    """The finite modules of a chain: the last layer with parameters gets ``out_features``
+    outputs, the others ``options.hidden`` (unless they set their own width). ``top``: the
+    chain is the whole network (Dense layers then get their muP role)."""
+    params = [i for i, layer in enumerate(layers) if layer.has_parameters]
+    last = params[-1] if params else -1
+    dense = [i for i, layer in enumerate(layers) if layer.takes_role]
+    modules: list[nn.Module] = []
+    features = in_features
+    for i, layer in enumerate(layers):
+        out = out_features if i == last else options.hidden
+        if isinstance(layer, GraphLayer):
+            mod = layer.build(features, out, options)
+        elif layer.takes_role:
+            role: Role = "hidden"
+            if top:
+                role = (
+                    "only"
+                    if len(dense) == 1
+                    else "input"
+                    if i == dense[0]
+                    else "output"
+                    if i == dense[-1]
+                    else "hidden"
+                )
+            mod = layer.module(  # type: ignore[call-arg]
+                features,  # type: ignore[arg-type]
+                out,
+                generator=options.generator,
+                dtype=options.dtype,
+                device=options.device,
+                parameterization=options.parameterization,
+                role=role,
+            )
+        else:
+            mod = layer.module(
+                features,  # type: ignore[arg-type]
+                out,
+                generator=options.generator,
+                dtype=options.dtype,
+                device=options.device,
+            )
+        modules.append(mod)
+        features = next_features(layer, mod, features)
+    return modules
+
+
+def next_features(layer: Layer, module: nn.Module, features: Features) -> Features:
+    """The width after ``module``: its ``out_features`` when it changes the width (a layer
+    with parameters, a graph layer, a fan-in); ``None`` (the next Dense is lazy) when such a
+    module does not say; ``features`` itself otherwise."""
+    found = getattr(module, "out_features", None)
+    if layer.has_parameters or found is not None or isinstance(features, tuple):
+        return found if isinstance(found, int | tuple) else None
+    return features
+
+
+class GraphLayer(Layer):
+    """A layer whose finite module is built from its branches (graph layers); it acts on
+    whole flows (:meth:`Layer.step`), never on one state."""
+
+    def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
+        raise NtklabValueError(  # pragma: no cover - run_chain calls step()
+            f"{type(self).__name__}: expected to be run by Architecture.kernel (it acts on "
+            "branches), got a bare propagate call"
+        )
+
+    @abstractmethod
+    def build(
+        self, in_features: Features, out_features: int | None, options: ModuleOptions
+    ) -> nn.Module:
+        """The finite module, its branches built by :func:`build_modules`."""
+
+    def module(
+        self,
+        in_features: int | None,
+        out_features: int | None,
+        *,
+        generator: torch.Generator | None,
+        dtype: torch.dtype,
+        device: torch.device | str | None,
+    ) -> nn.Module:
+        hidden = out_features if out_features is not None else (in_features or 1)
+        return self.build(
+            in_features, out_features, ModuleOptions(hidden, generator, dtype, device)
+        )
+
+
+def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:
+    """Compose layers (and architectures) in sequence.
+
+    Examples
+    --------
+    >>> import ntklab as nl
+    >>> block = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu())
+    >>> arch = nl.serial(block, block, nl.Dense(w_std=1.5, b_std=0.1))
+    >>> len(arch)
+    5
+    """
+
+    def flatten(items: Sequence[object]) -> list[Layer]:
+        flat: list[Layer] = []
+        for item in items:
+            if isinstance(item, Architecture):
+                flat.extend(item.layers)
+            elif isinstance(item, list | tuple):
+                flat.extend(flatten(item))
+            else:
+                flat.append(item)  # type: ignore[arg-type]  # checked by Architecture
+        return flat
+
+    return Architecture(tuple(flatten(layers)))
