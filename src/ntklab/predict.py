@@ -102,6 +102,8 @@ def gradient_descent_mse(
     predict_fn(t=None, fx_train_0=0.0, fx_test_0=None, k_test_train=None)
         Returns ``fx_train_t``, or ``(fx_train_t, fx_test_t)`` when ``fx_test_0`` is given, or
         ``fx_test_t`` alone when ``fx_train_0`` is None; with leading axes ``t.shape``.
+        ``t`` is a time in steps at ``learning_rate`` (neural-tangents' units: the flow
+        time is ``learning_rate * t``); None is infinity.
 
     Examples
     --------
@@ -165,7 +167,8 @@ def gradient_descent_mse_ensemble(
     predict_fn(t=None, x_test=None, get=None, compute_cov=False)
         For ``get`` a string, the mean (``compute_cov=False``) or a :class:`Gaussian`; for a
         tuple or None (both), a :class:`Gaussians` of them. ``x_test=None`` predicts on the
-        training inputs.
+        training inputs. ``t`` is a time in steps at ``learning_rate`` (the flow time is
+        ``learning_rate * t``); None is infinity.
     """
     dyn = ensemble_dynamics(
         kernel_fn,

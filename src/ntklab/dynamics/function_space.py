@@ -184,6 +184,7 @@ class LinearizedDynamics:
         Parameters
         ----------
         t : float, array of floats, or None
+            Time(s) in steps (the flow time is ``learning_rate * t``); None is infinity.
         k_test_train : Tensor of shape (m, n)
             :math:`\\Theta(x_{test}, X)`.
         fx_train_0 : float or Tensor of shape (n, k)
@@ -312,7 +313,8 @@ class EnsembleDynamics:
         Parameters
         ----------
         t : float, array of floats, or None
-            Time(s) in steps; None is infinity.
+            Time(s) in steps at ``learning_rate`` (the flow time is ``learning_rate * t``);
+            None is infinity.
         x_test : Tensor of shape (m, d), optional
             None: the training inputs (with the regularized kernel standing for the train
             kernel, as neural-tangents does).
@@ -333,7 +335,10 @@ class EnsembleDynamics:
         gets: tuple[Get, ...],
         compute_cov: bool = False,
     ) -> dict[str, Tensor | Gaussian]:
-        """:meth:`predict` for several ``get`` at once; the test kernels are computed once."""
+        """:meth:`predict` for several ``get`` at once; the test kernels are computed once.
+
+        ``t`` as in :meth:`predict`: time in steps at ``learning_rate``, None for infinity.
+        """
         for get in gets:
             if get not in ("nngp", "ntk"):
                 raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {get!r}")

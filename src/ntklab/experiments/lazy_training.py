@@ -176,7 +176,7 @@ def _train(
     """Train in place; return (relative kernel change, final loss, diverged)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericalWarning)  # divergence is reported, not raised
-        run = train(net, x, y, learning_rate=lr, steps=steps, kernel_inputs=x)
+        run = train(net, x, y, learning_rate=lr, t=steps, kernel_inputs=x)
     drift = run.history.kernel_drift
     assert drift is not None
     if run.diverged:

@@ -27,9 +27,9 @@ Training is full-batch gradient descent on the squared loss of each member (the 
     \theta \leftarrow \theta - \eta \big(\nabla_\theta L / \alpha^2 + \lambda \theta\big),
 
 with :math:`\alpha` the lazy-training output scale (``to_torch(alpha=...)``, the loss being
-:math:`L(\alpha f)/\alpha^2`) and :math:`\lambda` the weight decay; :math:`k` steps of size
-:math:`\eta` reach gradient-flow time :math:`t = \eta k`. The members are independent, so
-the loop runs member chunk by member chunk, all steps on one chunk before the next.
+:math:`L(\alpha f)/\alpha^2`) and :math:`\lambda` the weight decay; time is neural-tangents'
+``t``, a number of steps of size :math:`\eta`, the flow time :math:`\eta t`. The members are
+independent, so the loop runs member chunk by member chunk, all steps on one chunk before the next.
 
 With ``zero_output=True`` each member is the antisymmetric pair
 :math:`f = (a - b)/\sqrt 2` of two halves of width ``width // 2``, ``b`` a copy of ``a`` at
@@ -55,7 +55,7 @@ from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
 from ..kernels.layers import Architecture, Dense
 from ..memory import resolve_max_memory
 from .modules import DenseLayer
-from .training import Normalization
+from .training import Normalization, check_steps
 from .wrappers import output_scale
 
 __all__ = [
@@ -767,9 +767,9 @@ class EnsembleTraining:
     ensemble : MLPEnsemble or ModuleEnsemble
         The trained members (the input ensemble is left unchanged).
     steps : Tensor of shape (T,), int64
-        The recorded steps (0 and the last included unless other steps were asked for).
-    times : Tensor of shape (T,), float64
-        Gradient-flow times ``learning_rate * steps``.
+        The recorded times ``t`` in steps (0 and the last unless ``record_t`` was given).
+    flow_times : Tensor of shape (T,), float64
+        Continuous gradient-flow times ``learning_rate * steps``.
     train_losses : Tensor of shape (T, M)
         Each member's data loss :math:`L(\\alpha f)` at the recorded steps (as
         :func:`ntklab.nets.train` logs it: without the weight-decay term and the
@@ -781,7 +781,7 @@ class EnsembleTraining:
 
     ensemble: MLPEnsemble | ModuleEnsemble
     steps: Tensor
-    times: Tensor
+    flow_times: Tensor
     train_losses: Tensor
     test_outputs: Tensor | None
     learning_rate: float
@@ -793,13 +793,11 @@ def train_ensemble(
     y: Tensor,
     *,
     learning_rate: float,
-    steps: int | None = None,
-    time: float | None = None,
+    t: int,
     normalization: Normalization = "mean",
     weight_decay: float = 0.0,
     x_test: Tensor | None = None,
-    record_steps: Sequence[int] | None = None,
-    record_times: Sequence[float] | None = None,
+    record_t: Sequence[int] | None = None,
     backward: Backward = "manual",
     chunk_size: int | None = None,
     max_memory: int | None = None,
@@ -813,7 +811,8 @@ def train_ensemble(
 
     :math:`c = 1/N` (``"mean"``, :math:`N` = one member's ``y.numel()``) or 1 (``"sum"``),
     which is what :func:`ntklab.nets.train` does to one network (plain SGD, full batch).
-    :math:`k` steps reach gradient-flow time :math:`t = \eta k`.
+    Time is neural-tangents' ``t``, as in :mod:`ntklab.dynamics`: ``t`` steps at
+    ``learning_rate``, the flow time :math:`\eta t`.
 
     Parameters
     ----------
@@ -824,17 +823,16 @@ def train_ensemble(
         Targets, shared or per member.
     learning_rate : float
         :math:`\eta > 0`.
-    steps, time
-        Exactly one: the number of steps, or the time (``round(time / learning_rate)`` steps).
+    t : int
+        Time in steps at ``learning_rate`` (the number of GD steps; a float with a whole value
+        is accepted): the flow time is ``learning_rate * t``.
     normalization : {"mean", "sum"}
     weight_decay : float
         :math:`\lambda \ge 0`.
     x_test : Tensor of shape (n_test, d) or (M, n_test, d), optional
         Inputs whose outputs are recorded.
-    record_steps : sequence of int, optional
-        Steps in [0, steps] at which to record (default: 0 and the last).
-    record_times : sequence of float, optional
-        Times to record, rounded to steps (instead of ``record_steps``).
+    record_t : sequence of int, optional
+        Times ``t`` (steps) in [0, t] at which to record (default: 0 and ``t``).
     backward : {"manual", "autograd"}
         :class:`MLPEnsemble` only: the closed-form backward pass (default, faster) or
         autograd. A :class:`ModuleEnsemble` always uses ``vmap(grad(functional_call))``.
@@ -863,7 +861,7 @@ def train_ensemble(
     >>> g = torch.Generator().manual_seed(0)
     >>> ens = ensemble(arch, 50, 32, in_features=2, generator=g, dtype=torch.float64)
     >>> x, y = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
-    >>> run = train_ensemble(ens, x, y, learning_rate=0.1, time=1.0, x_test=x)
+    >>> run = train_ensemble(ens, x, y, learning_rate=0.1, t=10, x_test=x)
     >>> run.test_outputs.shape, run.train_losses.shape
     (torch.Size([2, 50, 4, 1]), torch.Size([2, 50]))
     """
@@ -880,13 +878,13 @@ def train_ensemble(
     if x_test is not None:
         shared_t = _check_ensemble_inputs("x_test", x_test, members, x.shape[-1], ens.dtype)
     lr = _positive_float("learning_rate", learning_rate)
-    total = _resolve_steps(steps, time, lr)
+    total = check_steps("t", t)
     if normalization not in ("mean", "sum"):
         raise NtklabValueError(f"normalization: expected 'mean' or 'sum', got {normalization!r}")
     check_nonnegative("weight_decay", weight_decay)
     if backward not in ("manual", "autograd"):
         raise NtklabValueError(f"backward: expected 'manual' or 'autograd', got {backward!r}")
-    record = _resolve_record(record_steps, record_times, total, lr)
+    record = _resolve_record(record_t, total)
     if chunk_size is not None:
         check_positive_int("chunk_size", chunk_size)
     budget = resolve_max_memory(max_memory, x.device)
@@ -910,7 +908,7 @@ def train_ensemble(
     return EnsembleTraining(
         ensemble=trained,
         steps=rec,
-        times=rec.to(torch.float64) * lr,
+        flow_times=rec.to(torch.float64) * lr,
         train_losses=losses,
         test_outputs=outputs,
         learning_rate=lr,
@@ -1119,46 +1117,13 @@ def _positive_float(name: str, value: object) -> float:
     return float(value)
 
 
-def _resolve_steps(steps: int | None, time: float | None, lr: float) -> int:
-    if (steps is None) == (time is None):
-        raise NtklabValueError(
-            "steps, time: expected exactly one of them (time = learning_rate * steps), got "
-            f"steps={steps!r}, time={time!r}"
-        )
-    if steps is not None:
-        return check_positive_int("steps", steps)
-    count = round(_positive_float("time", time) / lr)
-    if count < 1:
-        raise NtklabValueError(
-            f"time: expected at least one step of size learning_rate={lr}, got time={time}"
-        )
-    return count
-
-
-def _resolve_record(
-    record_steps: Sequence[int] | None,
-    record_times: Sequence[float] | None,
-    total: int,
-    lr: float,
-) -> list[int]:
-    if record_steps is not None and record_times is not None:
-        raise NtklabValueError("record_steps, record_times: expected at most one of them, got both")
-    if record_times is not None:
-        steps: list[int] = []
-        for t in record_times:
-            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-                raise NtklabValueError(f"record_times: expected finite floats, got {t!r}")
-            steps.append(round(t / lr))
-    elif record_steps is not None:
-        steps = list(record_steps)
-    else:
+def _resolve_record(record_t: Sequence[int] | None, total: int) -> list[int]:
+    if record_t is None:
         return [0, total]
+    steps = list(record_t)
     for s in steps:
         if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= total:
-            raise NtklabValueError(
-                f"record_steps: expected ints in [0, steps={total}] (times in [0, "
-                f"{total * lr}]), got {s!r}"
-            )
+            raise NtklabValueError(f"record_t: expected ints in [0, t={total}], got {s!r}")
     if not steps:
-        raise NtklabValueError("record_steps: expected at least one step, got none")
+        raise NtklabValueError("record_t: expected at least one time, got none")
     return sorted(set(steps))

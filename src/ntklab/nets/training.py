@@ -1,5 +1,5 @@
-r"""Training finite networks: full-batch gradient descent and minibatch SGD, timed in
-gradient-flow time, with the diagnostics of the NTK literature (kernel drift, weight movement).
+r"""Training finite networks: full-batch gradient descent and minibatch SGD for ``t`` steps at
+``learning_rate``, with the diagnostics of the NTK literature (kernel drift, weight movement).
 
 Loss convention (shared with :mod:`ntklab.dynamics`). For outputs :math:`f` and targets
 :math:`y` of the same shape, with :math:`N` = ``y.numel()`` (examples times outputs):
@@ -11,11 +11,13 @@ Loss convention (shared with :mod:`ntklab.dynamics`). For outputs :math:`f` and 
 
 the ``"mean"`` one being the convention of neural-tangents' ``predict``; the hinge loss
 (labels :math:`y \in \{-1, +1\}`) is the mean (or the sum) of :math:`\max(0, 1 - y f)`.
-Gradient descent with step :math:`\eta` for :math:`k` steps is the Euler discretization of the
-gradient flow :math:`\dot\theta = -\nabla_\theta L` up to time :math:`t = \eta k`: the time unit
-of :mod:`ntklab.dynamics` (``predict(t)`` with learning rate 1 at :math:`t = \eta k`, or with
-learning rate :math:`\eta` at time :math:`k`). Runs at different learning rates with the same
-``time`` are therefore comparable, and agree to :math:`O(\eta)`.
+Time is counted as in neural-tangents' ``predict`` and in :mod:`ntklab.dynamics`: ``t`` is a
+number of steps of size ``learning_rate`` (:math:`\eta`). Gradient descent for :math:`t` steps
+is the Euler discretization of the gradient flow :math:`\dot\theta = -\nabla_\theta L` up to
+the continuous time :math:`\eta t`, so ``train(..., learning_rate=eta, t=t)`` is compared with
+``ensemble_dynamics(..., learning_rate=eta).predict(t)`` (or ``gradient_descent_mse(...,
+learning_rate=eta)(t)``) at the same ``t``; runs at different learning rates agree to
+:math:`O(\eta)` when their flow times :math:`\eta t` agree.
 
 Minibatch SGD (``batch_size=B``) draws batches without replacement, a fresh permutation per
 epoch (the last batch of an epoch may be smaller). A batch of :math:`b` examples has loss
@@ -23,7 +25,7 @@ epoch (the last batch of an epoch may be smaller). A batch of :math:`b` examples
 over the outputs of example :math:`i`) and :math:`\frac{n}{b} \sum_{i \in \text{batch}}
 \ell_i` with ``"sum"`` (:math:`\ell_i` the sum over its outputs): for a uniformly random batch
 its expectation, and that of its gradient, is the full-batch loss, so one SGD step advances
-gradient-flow time by :math:`\eta` as well.
+``t`` by one (the flow time by :math:`\eta`) as well.
 
 Weight decay adds :math:`\frac{\lambda}{2}\lVert\theta\rVert^2` to the objective (its gradient
 :math:`\lambda\theta` is added to every trainable parameter's gradient, whatever the
@@ -79,7 +81,7 @@ class TrainingRecord:
     """
 
     step: int
-    time: float
+    flow_time: float
     train_loss: float
     test_loss: float | None
     kernel_drift: float | None
@@ -93,12 +95,13 @@ class TrainingHistory:
     logged step (step 0, every ``log_every`` steps, and the last step). See
     :class:`TrainingRecord` for the definitions.
 
-    ``step`` is int64; ``time`` is ``learning_rate * step``; ``test_loss`` is None without
+    ``step`` is int64, the ``t`` reached at each log; ``flow_time`` is ``learning_rate * step``,
+    the continuous time of the gradient flow the run discretizes; ``test_loss`` is None without
     test data and ``kernel_drift`` None without ``kernel_inputs``.
     """
 
     step: Tensor
-    time: Tensor
+    flow_time: Tensor
     train_loss: Tensor
     test_loss: Tensor | None
     kernel_drift: Tensor | None
@@ -121,7 +124,7 @@ class TrainingRun:
         The logged diagnostics; all finite (a non-finite loss is never logged).
     learning_rate : float
     steps : int
-        Optimizer steps taken (fewer than requested when the run diverged).
+        Optimizer steps taken: ``t`` (fewer when the run diverged).
     diverged : bool
         Whether a non-finite loss stopped the run (a ``NumericalWarning`` said where); the
         model then holds the parameters at which the loss was non-finite.
@@ -137,8 +140,8 @@ class TrainingRun:
     alpha: float
 
     @property
-    def time(self) -> float:
-        """Gradient-flow time reached, ``learning_rate * steps``."""
+    def flow_time(self) -> float:
+        """Continuous gradient-flow time reached, ``learning_rate * steps``."""
         return self.learning_rate * self.steps
 
 
@@ -260,22 +263,20 @@ def _check_output(model: nn.Module, x: Tensor, y: Tensor, x_name: str, y_name: s
         )
 
 
-def _resolve_steps(steps: int | None, time: float | None, learning_rate: float) -> int:
-    if (steps is None) == (time is None):
-        raise NtklabValueError(
-            "steps, time: expected exactly one of them (time = learning_rate * steps), got "
-            f"steps={steps!r}, time={time!r}"
+def check_steps(name: str, value: object) -> int:
+    """A time ``t`` in steps for the trainers: an int >= 1 (or a float with a whole value)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NtklabTypeError(
+            f"{name}: expected a whole number of steps >= 1 at learning_rate (the flow time is "
+            f"learning_rate * {name}), got {value!r}"
         )
-    if steps is not None:
-        return check_positive_int("steps", steps)
-    t = _check_positive_float("time", time)
-    count = round(t / learning_rate)
-    if count < 1:
+    if value < 1:
         raise NtklabValueError(
-            f"time: expected at least one step of size learning_rate={learning_rate} "
-            f"(time >= learning_rate / 2), got time={t}"
+            f"{name}: expected a whole number of steps >= 1 at learning_rate, got {value}"
         )
-    return count
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +316,7 @@ class _Logger:
         return ntk(self.model, self.kernel_inputs).detach()
 
     def record(
-        self, step: int, time: float, train_loss: float, test_loss: float | None
+        self, step: int, flow_time: float, train_loss: float, test_loss: float | None
     ) -> TrainingRecord:
         drift = None
         if self.kernel0 is not None:
@@ -331,7 +332,7 @@ class _Logger:
         overall = math.sqrt(total)
         rec = TrainingRecord(
             step=step,
-            time=time,
+            flow_time=flow_time,
             train_loss=train_loss,
             test_loss=test_loss,
             kernel_drift=drift,
@@ -349,7 +350,7 @@ class _Logger:
 
         return TrainingHistory(
             step=torch.tensor([r.step for r in recs], dtype=torch.int64),
-            time=column([r.time for r in recs]),
+            flow_time=column([r.flow_time for r in recs]),
             train_loss=column([r.train_loss for r in recs]),
             test_loss=None
             if not recs or recs[0].test_loss is None
@@ -370,8 +371,7 @@ def train(
     y: Tensor,
     *,
     learning_rate: float,
-    steps: int | None = None,
-    time: float | None = None,
+    t: int,
     loss: LossName = "mse",
     normalization: Normalization = "mean",
     batch_size: int | None = None,
@@ -384,14 +384,15 @@ def train(
     generator: torch.Generator | None = None,
     callback: Callable[[int, TrainingRecord], None] | None = None,
 ) -> TrainingRun:
-    r"""Train ``model`` in place by gradient descent (or SGD) for a number of steps or a
-    gradient-flow time.
+    r"""Train ``model`` in place by gradient descent (or SGD) for ``t`` steps at
+    ``learning_rate``.
 
     Each step is :math:`\theta \leftarrow \theta - \eta\, \nabla_\theta \big(L_B(\theta) /
     \alpha^2 + \tfrac{\lambda}{2} \lVert\theta\rVert^2\big)` with :math:`L_B` the loss of the
     batch (the full batch by default), :math:`\alpha` the model's output scale
     (:func:`~ntklab.nets.output_scale`) and :math:`\lambda` the weight decay; see the module
-    docstring for the loss conventions and the time unit :math:`t = \eta k`.
+    docstring for the loss conventions and the time unit (neural-tangents': ``t`` steps at
+    :math:`\eta`, flow time :math:`\eta t`).
 
     Parameters
     ----------
@@ -405,10 +406,11 @@ def train(
         Targets; labels in {-1, +1} for the hinge loss.
     learning_rate : float
         :math:`\eta > 0`.
-    steps : int, optional
-        Number of optimizer steps. Exactly one of ``steps`` and ``time``.
-    time : float, optional
-        Gradient-flow time :math:`t`; the run takes ``round(time / learning_rate)`` steps.
+    t : int
+        Time in steps at ``learning_rate``, as ``t`` in :mod:`ntklab.dynamics` and
+        :mod:`ntklab.predict`: the number of optimizer steps (a float with a whole value is
+        accepted). The run discretizes the gradient flow up to the continuous time
+        ``learning_rate * t``.
     loss : {"mse", "hinge"}
     normalization : {"mean", "sum"}
     batch_size : int, optional
@@ -418,8 +420,8 @@ def train(
         :math:`\lambda \ge 0`.
     optimizer : callable, optional
         A factory ``optimizer(parameters) -> torch.optim.Optimizer``; default
-        ``torch.optim.SGD(parameters, lr=learning_rate)``. Gradient-flow time is still
-        counted as ``learning_rate * step``; the weight decay is added to the gradients, so
+        ``torch.optim.SGD(parameters, lr=learning_rate)``. ``t`` still counts optimizer
+        steps; the weight decay is added to the gradients, so
         do not also give it to the optimizer.
     x_test, y_test : Tensor, optional
         Test data (both or neither); ``test_loss`` is logged.
@@ -449,7 +451,7 @@ def train(
     >>> import torch
     >>> net = torch.nn.Linear(3, 1, dtype=torch.float64)
     >>> x, y = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 1, dtype=torch.float64)
-    >>> run = train(net, x, y, learning_rate=0.1, time=2.0, log_every=5)
+    >>> run = train(net, x, y, learning_rate=0.1, t=20, log_every=5)
     >>> run.steps, [int(s) for s in run.history.step]
     (20, [0, 5, 10, 15, 20])
     """
@@ -464,7 +466,7 @@ def train(
             f"{tuple(y.shape)}"
         )
     lr = _check_positive_float("learning_rate", learning_rate)
-    total_steps = _resolve_steps(steps, time, lr)
+    total_steps = check_steps("t", t)
     _check_loss_names(loss, normalization)
     if batch_size is not None:
         check_positive_int("batch_size", batch_size)
@@ -600,8 +602,8 @@ def train(
         step, bad = diverged_at
         warnings.warn(
             f"train: the training loss became {bad} at step {step} (learning_rate="
-            f"{lr}, time {lr * step:g}); stopped there. Lower learning_rate (the gradient-flow "
-            "time is learning_rate * steps)",
+            f"{lr}, flow time {lr * step:g}); stopped there. Lower learning_rate (the flow "
+            "time is learning_rate * t)",
             NumericalWarning,
             stacklevel=2,
         )

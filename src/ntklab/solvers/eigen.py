@@ -174,6 +174,8 @@ def flow_predict(
     eig : EigenPairs
     y : Tensor of shape (n,) or (n, c)
     t : float or Tensor of shape (T,)
+        Time(s) in steps at the schedule's ``learning_rate`` (the flow time is
+        ``learning_rate * t``), as in :mod:`ntklab.dynamics`.
     schedule : Schedule
     cross : KernelOperator of shape (n_test, n), optional
         ``train_operator.cross(x_test)`` for test predictions.
