@@ -34,7 +34,7 @@ from .dynamics.function_space import (
     gaussian_at,
     linearized_dynamics,
 )
-from .dynamics.train_kernel import TrainKernel
+from .dynamics.train_kernel import TrainKernel, ridge_value
 from .errors import NtklabTypeError, NtklabValueError
 from .solvers.dense import check_symmetric
 
@@ -71,6 +71,11 @@ def _canonical_get(get: object) -> tuple[tuple[str, ...], bool]:
         if g not in ("nngp", "ntk"):
             raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {g!r}")
     return names, single
+
+
+def _check_diag_reg(diag_reg: object) -> None:
+    """Refuse a bad ``diag_reg`` under its neural-tangents name."""
+    ridge_value(torch.ones(1), diag_reg, False, "diag_reg")  # type: ignore[arg-type]
 
 
 def _pack(out: dict[str, Any], single: bool) -> Any:
@@ -115,12 +120,13 @@ def gradient_descent_mse(
     >>> fn(t=3.0)[0, 0].item()  # 1 - exp(-3 / 3)
     0.6321205588285577
     """
+    _check_diag_reg(diag_reg)
     dyn = linearized_dynamics(
         k_train_train,
         y_train,
         learning_rate=learning_rate,
-        diag_reg=diag_reg,
-        diag_reg_absolute_scale=diag_reg_absolute_scale,
+        ridge=diag_reg,
+        ridge_relative=not diag_reg_absolute_scale,
     )
 
     def predict_fn(
@@ -170,13 +176,14 @@ def gradient_descent_mse_ensemble(
         training inputs. ``t`` is a time in steps at ``learning_rate`` (the flow time is
         ``learning_rate * t``); None is infinity.
     """
+    _check_diag_reg(diag_reg)
     dyn = ensemble_dynamics(
         kernel_fn,
         x_train,
         y_train,
         learning_rate=learning_rate,
-        diag_reg=diag_reg,
-        diag_reg_absolute_scale=diag_reg_absolute_scale,
+        ridge=diag_reg,
+        ridge_relative=not diag_reg_absolute_scale,
     )
 
     def predict_fn(
@@ -231,7 +238,12 @@ def gp_inference(
             )
             # The schedule is irrelevant at t = infinity; N only scales time.
             factors[g] = TrainKernel(
-                k, Schedule("flow", 1.0, 1.0), diag_reg, diag_reg_absolute_scale, f"{g} train"
+                k,
+                Schedule("flow", 1.0, 1.0),
+                diag_reg,
+                not diag_reg_absolute_scale,
+                f"{g} train",
+                reg_name="diag_reg",
             )
         return factors[g]
 

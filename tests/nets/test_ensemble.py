@@ -322,7 +322,7 @@ def test_stack_modules_trains_any_module(gen: torch.Generator) -> None:
 
 def test_validation(gen: torch.Generator) -> None:
     arch = _e1(nl.Relu())
-    with pytest.raises(NtklabValueError, match="members"):
+    with pytest.raises(NtklabValueError, match="n_samples"):
         ensemble(arch, 0, 4, in_features=2)
     with pytest.raises(NtklabTypeError, match="dtype"):
         ensemble(arch, 2, 4, in_features=2, dtype=torch.float16)
@@ -334,7 +334,7 @@ def test_validation(gen: torch.Generator) -> None:
     x, y, _ = _data(gen, n=5, d=2, k=1)
     with pytest.raises(NtklabValueError, match="features"):
         ens(torch.zeros(5, 3, dtype=F64))
-    with pytest.raises(NtklabValueError, match="members=3"):
+    with pytest.raises(NtklabValueError, match="n_samples=3"):
         ens(torch.zeros(2, 5, 2, dtype=F64))
     with pytest.raises(NtklabTypeError, match="dtype"):
         ens(x.float())

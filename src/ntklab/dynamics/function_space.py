@@ -212,8 +212,8 @@ def linearized_dynamics(
     y_train: Tensor,
     *,
     learning_rate: float = 1.0,
-    diag_reg: float = 0.0,
-    diag_reg_absolute_scale: bool = False,
+    ridge: float = 0.0,
+    ridge_relative: bool = True,
     schedule: str = "flow",
     normalization: str = "mean",
 ) -> LinearizedDynamics:
@@ -226,9 +226,12 @@ def linearized_dynamics(
     y_train : Tensor of shape (n, k) or (n,)
     learning_rate : float
         Step :math:`\\eta`; times count steps.
-    diag_reg : float
-        Ridge, relative to the mean diagonal unless ``diag_reg_absolute_scale``.
-    diag_reg_absolute_scale : bool
+    ridge : float
+        :math:`\\rho \\ge 0` added to the diagonal of the train kernel, times its mean
+        diagonal when ``ridge_relative`` (neural-tangents' ``diag_reg``).
+    ridge_relative : bool
+        Whether ``ridge`` is relative to the mean diagonal (default, scale-free, as
+        neural-tangents' ``diag_reg_absolute_scale=False``) or absolute.
     schedule : {"flow", "gd"}
         Gradient flow, or discrete gradient descent (integer times; a warning when
         ``learning_rate`` is above the critical :math:`2N/\\lambda_{max}`).
@@ -251,7 +254,7 @@ def linearized_dynamics(
     k = check_matrix("k_train_train", k_train_train)
     y, vector = as_targets(y_train, int(k.shape[0]), like=k)
     sched = _make_schedule(schedule, learning_rate, normalization, y.numel())
-    tk = TrainKernel(k, sched, diag_reg, diag_reg_absolute_scale)
+    tk = TrainKernel(k, sched, ridge, ridge_relative)
     return LinearizedDynamics(tk, y, vector)
 
 
@@ -282,8 +285,8 @@ class EnsembleDynamics:
     x_train: Tensor
     y_train: Tensor  # shape: (n, k)
     schedule: Schedule
-    diag_reg: float = 0.0
-    diag_reg_absolute_scale: bool = False
+    ridge: float = 0.0
+    ridge_relative: bool = True
     vector: bool = False
     _factors: dict[str, TrainKernel] = field(default_factory=dict, repr=False)
 
@@ -297,7 +300,7 @@ class EnsembleDynamics:
         if get not in self._factors:
             k = getattr(self.train_kernels, get).to(self.y_train.dtype)
             self._factors[get] = TrainKernel(
-                k, self.schedule, self.diag_reg, self.diag_reg_absolute_scale, name=f"{get} train"
+                k, self.schedule, self.ridge, self.ridge_relative, name=f"{get} train"
             )
         return self._factors[get]
 
@@ -444,8 +447,8 @@ def ensemble_dynamics(
     y_train: Tensor,
     *,
     learning_rate: float = 1.0,
-    diag_reg: float = 0.0,
-    diag_reg_absolute_scale: bool = False,
+    ridge: float = 0.0,
+    ridge_relative: bool = True,
     schedule: str = "flow",
     normalization: str = "mean",
 ) -> EnsembleDynamics:
@@ -457,7 +460,7 @@ def ensemble_dynamics(
         Gives the NNGP (the law of the initial outputs) and the NTK (the dynamics).
     x_train : Tensor of shape (n, d)
     y_train : Tensor of shape (n, k) or (n,)
-    learning_rate, diag_reg, diag_reg_absolute_scale, schedule, normalization
+    learning_rate, ridge, ridge_relative, schedule, normalization
         As in :func:`linearized_dynamics`.
 
     Returns
@@ -473,6 +476,4 @@ def ensemble_dynamics(
             "kernel_fn: expected an ntklab architecture or a callable (x1, x2) -> Kernel, got "
             f"{type(kernel_fn).__name__}"
         )
-    return EnsembleDynamics(
-        cast(KernelFn, fn), x, y, sched, diag_reg, diag_reg_absolute_scale, vector
-    )
+    return EnsembleDynamics(cast(KernelFn, fn), x, y, sched, ridge, ridge_relative, vector)

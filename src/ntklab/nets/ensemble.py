@@ -98,7 +98,7 @@ class EnsembleDense:
 
 @dataclass(frozen=True, eq=False)
 class MLPEnsemble:
-    """``members`` independent networks of a Dense/activation architecture, batched.
+    """``n_samples`` independent networks of a Dense/activation architecture, batched.
 
     Build it with :func:`ensemble`; train it with :func:`train_ensemble`. Calling it maps
     inputs of shape (n, d) (shared by all members) or (M, n, d) (one batch per member) to
@@ -108,8 +108,8 @@ class MLPEnsemble:
     ----------
     layers : tuple of EnsembleDense and Activation
         The layers in order, Dense layers carrying the batched weights.
-    members : int
-        :math:`M`.
+    n_samples : int
+        :math:`M`, the number of networks.
     arch : Architecture
     width, out_features, in_features : int
     parameterization : str or None
@@ -120,7 +120,7 @@ class MLPEnsemble:
     """
 
     layers: tuple[EnsembleDense | Activation, ...]
-    members: int
+    n_samples: int
     arch: Architecture
     width: int
     out_features: int
@@ -159,7 +159,7 @@ class MLPEnsemble:
         -------
         Tensor of shape (M, n, k)
         """
-        shared = _check_ensemble_inputs("x", x, self.members, self.in_features, self.dtype)
+        shared = _check_ensemble_inputs("x", x, self.n_samples, self.in_features, self.dtype)
         with torch.no_grad():
             return self.alpha * _combine(_forward(self.layers, x, shared, self.copies), self.copies)
 
@@ -174,11 +174,10 @@ class MLPEnsemble:
             ``arch.to_torch(width, out_features, in_features=..., parameterization=...,
             alpha=..., zero_output=...)`` with member ``i``'s parameters copied in.
         """
-        if isinstance(i, bool) or not isinstance(i, int) or not -self.members <= i < self.members:
-            raise NtklabValueError(
-                f"i: expected an int in [-{self.members}, {self.members}), got {i!r}"
-            )
-        i %= self.members
+        m = self.n_samples
+        if isinstance(i, bool) or not isinstance(i, int) or not -m <= i < m:
+            raise NtklabValueError(f"i: expected an int in [-{m}, {m}), got {i!r}")
+        i %= m
         net = _build_template(self, device=self.device)
         layers = _dense_layers(net)
         count = len(self.dense)
@@ -195,12 +194,12 @@ class MLPEnsemble:
 
     def modules(self) -> list[nn.Module]:
         """All members as ``to_torch`` networks (for :func:`stack_modules` and checks)."""
-        return [self.member(i) for i in range(self.members)]
+        return [self.member(i) for i in range(self.n_samples)]
 
 
 def ensemble(
     arch: Architecture,
-    members: int,
+    n_samples: int,
     width: int = 1024,
     out_features: int = 1,
     *,
@@ -212,7 +211,7 @@ def ensemble(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> MLPEnsemble:
-    """Draw ``members`` independent networks of a Dense/activation architecture, batched.
+    """Draw ``n_samples`` independent networks of a Dense/activation architecture, batched.
 
     Each member has the distribution of ``arch.to_torch(width, out_features, in_features=...,
     parameterization=..., alpha=..., zero_output=...)``: the same multipliers and
@@ -223,8 +222,9 @@ def ensemble(
     ----------
     arch : Architecture
         Dense layers and activations only (an MLP of any depth).
-    members : int
-        :math:`M \\ge 1`.
+    n_samples : int
+        :math:`M \\ge 1`, the number of networks (``n_samples`` as in
+        :func:`ntklab.empirical.monte_carlo_kernel`).
     width, out_features : int
         As in ``to_torch``.
     in_features : int
@@ -250,7 +250,7 @@ def ensemble(
     """
     if not isinstance(arch, Architecture):
         raise NtklabTypeError(f"arch: expected an ntklab Architecture, got {type(arch).__name__}")
-    members = check_positive_int("members", members)
+    members = check_positive_int("n_samples", n_samples)
     check_positive_int("in_features", in_features)
     if dtype not in (torch.float32, torch.float64):
         raise NtklabTypeError(f"dtype: expected torch.float32 or torch.float64, got {dtype}")
@@ -679,13 +679,14 @@ class ModuleEnsemble:
     buffers : dict of str to Tensor
     template : nn.Module
         A copy of the first module (structure and device).
-    members : int
+    n_samples : int
+        :math:`M`, the number of modules.
     """
 
     params: dict[str, Tensor]
     buffers: dict[str, Tensor]
     template: nn.Module
-    members: int
+    n_samples: int
 
     @property
     def dtype(self) -> torch.dtype:
@@ -697,7 +698,7 @@ class ModuleEnsemble:
 
     def forward(self, x: Tensor) -> Tensor:
         """Outputs (M, n, k) for shared inputs (n, d) or per-member inputs (M, n, d)."""
-        shared = _check_ensemble_inputs("x", x, self.members, None, self.dtype)
+        shared = _check_ensemble_inputs("x", x, self.n_samples, None, self.dtype)
         with torch.no_grad():
             fn = torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0))
             out: Tensor = fn(self.params, self.buffers, x)
@@ -707,10 +708,9 @@ class ModuleEnsemble:
 
     def member(self, i: int) -> nn.Module:
         """Member ``i`` as an ordinary module (a copy of the template with its parameters)."""
-        if isinstance(i, bool) or not isinstance(i, int) or not -self.members <= i < self.members:
-            raise NtklabValueError(
-                f"i: expected an int in [-{self.members}, {self.members}), got {i!r}"
-            )
+        m = self.n_samples
+        if isinstance(i, bool) or not isinstance(i, int) or not -m <= i < m:
+            raise NtklabValueError(f"i: expected an int in [-{m}, {m}), got {i!r}")
         net = copy.deepcopy(self.template)
         with torch.no_grad():
             for name, p in net.named_parameters():
@@ -869,7 +869,7 @@ def train_ensemble(
         raise NtklabTypeError(
             f"ens: expected an MLPEnsemble or ModuleEnsemble, got {type(ens).__name__}"
         )
-    members = ens.members
+    members = ens.n_samples
     d = ens.in_features if isinstance(ens, MLPEnsemble) else None
     shared_x = _check_ensemble_inputs("x", x, members, d, ens.dtype)
     n = x.shape[-2]
@@ -947,7 +947,7 @@ def _train_mlp(
     chunk_size: int | None,
     max_memory: int,
 ) -> tuple[MLPEnsemble, Tensor, Tensor | None]:
-    members, copies = ens.members, ens.copies
+    members, copies = ens.n_samples, ens.copies
     trained_layers: list[EnsembleDense | Activation] = []
     for layer in ens.layers:
         if isinstance(layer, EnsembleDense):
@@ -1019,7 +1019,7 @@ def _train_modules(
     record: list[int],
     chunk_size: int | None,
 ) -> tuple[ModuleEnsemble, Tensor, Tensor | None]:
-    members = ens.members
+    members = ens.n_samples
     alpha = output_scale(ens.template)
     coef = 0.5 * scale / alpha**2
 
@@ -1076,12 +1076,13 @@ def _check_ensemble_inputs(
         raise NtklabTypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.ndim not in (2, 3) or x.shape[-2] == 0:
         raise NtklabValueError(
-            f"{name}: expected shape (n, d) or (members={members}, n, d) with n >= 1, got "
+            f"{name}: expected shape (n, d) or (n_samples={members}, n, d) with n >= 1, got "
             f"{tuple(x.shape)}"
         )
     if x.ndim == 3 and x.shape[0] != members:
         raise NtklabValueError(
-            f"{name}: expected a leading dimension of members={members}, got shape {tuple(x.shape)}"
+            f"{name}: expected a leading dimension of n_samples={members}, got shape "
+            f"{tuple(x.shape)}"
         )
     if features is not None and x.shape[-1] != features:
         raise NtklabValueError(
@@ -1100,7 +1101,7 @@ def _check_targets(y: object, members: int, n: int, dtype: torch.dtype) -> bool:
         raise NtklabTypeError(f"y: expected a torch.Tensor, got {type(y).__name__}")
     if y.ndim not in (2, 3) or y.shape[-2] != n or (y.ndim == 3 and y.shape[0] != members):
         raise NtklabValueError(
-            f"y: expected shape (n={n}, k) or (members={members}, n={n}, k), got {tuple(y.shape)}"
+            f"y: expected shape (n={n}, k) or (n_samples={members}, n={n}, k), got {tuple(y.shape)}"
         )
     if y.dtype != dtype:
         raise NtklabTypeError(f"y: expected the ensemble's dtype {dtype}, got {y.dtype}")
