@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_matrix
+from ._repr import summarize
 from .dynamics.descent import Schedule, critical_learning_rate, loss_normalizer
 from .dynamics.function_space import (
     Gaussian,
@@ -53,6 +54,9 @@ class Gaussians(NamedTuple):
 
     nngp: Any = None
     ntk: Any = None
+
+    def __repr__(self) -> str:
+        return f"Gaussians(nngp={summarize(self.nngp)}, ntk={summarize(self.ntk)})"
 
 
 def _canonical_get(get: object) -> tuple[tuple[str, ...], bool]:

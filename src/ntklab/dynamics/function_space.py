@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix
+from .._repr import short_repr, summarize
 from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.kernel import Kernel
 from ..solvers.dense import symmetrize
@@ -73,6 +74,9 @@ class Gaussian(NamedTuple):
 
     mean: Tensor
     covariance: Tensor
+
+    def __repr__(self) -> str:
+        return f"Gaussian(mean={summarize(self.mean)}, covariance={summarize(self.covariance)})"
 
 
 def as_targets(y: object, n: int, *, like: Tensor, name: str = "y_train") -> tuple[Tensor, bool]:
@@ -137,6 +141,7 @@ def _make_schedule(
     )
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class LinearizedDynamics:
     """Outputs of one linearized network under descent on the squared loss, in closed form.
@@ -273,6 +278,7 @@ def _kernel_of(kernel_fn: object, x1: Tensor, x2: Tensor | None) -> Kernel:
     return cast(Kernel, out)
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleDynamics:
     """The Gaussian process :math:`\\mathcal{G}_t` of an infinite ensemble of wide networks.

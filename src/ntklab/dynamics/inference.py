@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix
+from .._repr import short_repr
 from ..errors import NtklabValueError
 from ..kernels.kernel import Kernel
 from ..solvers.dense import check_symmetric, cholesky_with_jitter, psd_eigh
@@ -88,6 +89,7 @@ def kernel_ridge_regression(
     return out[:, 0] if vector else out
 
 
+@short_repr
 @dataclass(frozen=True)
 class RidgeSelection:
     """The result of choosing a ridge by leave-one-out cross-validation.

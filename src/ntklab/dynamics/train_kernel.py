@@ -26,6 +26,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..solvers.dense import Cholesky, Eigh, check_symmetric, cholesky_with_jitter, psd_eigh
 from .descent import Schedule
@@ -62,6 +63,7 @@ def as_times(t: object, *, like: Tensor) -> tuple[Tensor, tuple[int, ...]]:
     return tt.reshape(-1), tuple(tt.shape)
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class TrainKernel:
     """A regularized train-train kernel with its cached factorizations.

@@ -81,6 +81,7 @@ import torch
 from matplotlib.figure import Figure
 from pydantic import Field, model_validator
 
+from .._repr import short_repr
 from ..analysis import fit_exponential_rate, fit_power_law
 from ..data import TentMap, TentMapS1, random_trig_polynomial
 from ..errors import NtklabValueError
@@ -251,6 +252,7 @@ def equivalence_constants(mu: np.ndarray, cutoffs: tuple[int, ...]) -> tuple[np.
     return r, c_min, c_max
 
 
+@short_repr
 @dataclass(frozen=True)
 class ResolvedSpectrum:
     """FFT eigenvalues with their round-off floor and the :math:`C k^{-2}` tail model

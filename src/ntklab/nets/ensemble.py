@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_nonnegative, check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
 from ..kernels.layers import Architecture, Dense
@@ -77,6 +78,7 @@ _DEFAULT_CHUNK_ELEMENTS = 2**18  # activations per buffer and chunk: about 1 MiB
 # the batched representation
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleDense:
     """One Dense layer of an :class:`MLPEnsemble`: :math:`y = m_W\\, x W + m_b\\, b`.
@@ -96,6 +98,7 @@ class EnsembleDense:
     bias_multiplier: float
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class MLPEnsemble:
     """``n_samples`` independent networks of a Dense/activation architecture, batched.
@@ -666,6 +669,7 @@ def _autograd_step(
 # the generic path
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class ModuleEnsemble:
     """Any modules of identical structure, stacked for ``torch.func.vmap``.
@@ -758,6 +762,7 @@ def stack_modules(modules: Sequence[nn.Module]) -> ModuleEnsemble:
 # the trainer
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleTraining:
     """Result of :func:`train_ensemble`.

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import UninitializedParameter
 
 from .._checks import check_nonnegative, check_positive_int
+from .._repr import short_repr
 from ..dynamics.descent import Normalization
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from .wrappers import output_scale
@@ -67,6 +68,7 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 ``lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)``."""
 
 
+@short_repr
 @dataclass(frozen=True)
 class TrainingRecord:
     """The diagnostics at one logged step (Python floats), as passed to ``callback``.
@@ -89,6 +91,7 @@ class TrainingRecord:
     parameter_movement: Mapping[str, float]
 
 
+@short_repr
 @dataclass(frozen=True)
 class TrainingHistory:
     """The logged diagnostics of a run: float64 CPU tensors of shape (r,), one entry per
@@ -112,6 +115,7 @@ class TrainingHistory:
         return int(self.step.shape[0])
 
 
+@short_repr
 @dataclass(frozen=True)
 class TrainingRun:
     """The result of :func:`train`.

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_inputs
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 
@@ -403,6 +404,7 @@ def kernel_operator(
     return KernelOperator(kernel=bk, x1=a, x2=b, max_memory=max_memory, block_dtype=block_dtype)
 
 
+@short_repr
 @dataclass(frozen=True)
 class DenseOperator:
     """A stored symmetric matrix behind the :class:`LinearOperator` interface."""

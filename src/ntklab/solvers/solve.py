@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from .cg import conjugate_gradient
@@ -40,6 +41,7 @@ Method = Literal["auto", "cholesky", "cg", "nystrom"]
 _METHODS = ("auto", "cholesky", "cg", "nystrom")
 
 
+@short_repr
 @dataclass(frozen=True)
 class SolveResult:
     """What :func:`solve` found.
