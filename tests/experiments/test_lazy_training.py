@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from experiment_helpers import run_tiny
 from ntklab.dynamics import linearize
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
@@ -27,7 +28,6 @@ from ntklab.experiments.lazy_training import (
     mlp,
 )
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 from ntklab.nets import output_scale, train
 
 NAME = "lazy-training"

@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
+from experiment_helpers import run_tiny
 from ntklab.data import TentMapS1, uniform_circle
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
@@ -23,7 +24,6 @@ from ntklab.experiments.sawtooth_samples import (
     samples_needed,
 )
 from ntklab.experiments.spectrum_s1 import relu_network
-from ntklab.experiments.testing import run_tiny
 
 NAME = "sawtooth-samples"
 TINY = SawtoothSamplesConfig(
