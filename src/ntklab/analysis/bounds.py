@@ -17,13 +17,13 @@ r_0\|^2` (summed over outputs) the loss after :math:`t` steps is exactly
 .. math:: L_t = c_N \sum_i (1 - s\lambda_i)^{2t} e_i, \qquad c_N = \tfrac{1}{2N}
           \text{ or } \tfrac12,
 
-(:func:`gd_loss_curve`). The trace bound of the label-alignment paper (seed 003, claim D2)
-assumes residual alignment, :math:`e_i \propto \lambda_i`, which turns the sum into a trace
-(:func:`trace_bound`); the classical bound keeps only :math:`\lambda_{\min}`
-(:func:`lambda_min_bound`). The step :math:`1/\lambda_{\max}` is
-``learning_rate = 1/lambda_max`` with ``normalization="sum"``, or ``learning_rate =
-N/lambda_max`` with ``"mean"`` (both :math:`s = 1/\lambda_{\max}`). Every curve is float64 and
-vectorized over the times ``t`` (steps at ``learning_rate``, neural-tangents' units).
+(:func:`gd_loss_curve`). The trace bound of the paper "Label-NTK alignments and a tighter
+convergence bound in the NTK regime" (claim D2) assumes residual alignment, :math:`e_i \propto
+\lambda_i`, which turns the sum into a trace (:func:`trace_bound`); the classical bound keeps only
+:math:`\lambda_{\min}` (:func:`lambda_min_bound`). The step :math:`1/\lambda_{\max}` is
+``learning_rate = 1/lambda_max`` with ``normalization="sum"``, or ``learning_rate = N/lambda_max``
+with ``"mean"`` (both :math:`s = 1/\lambda_{\max}`). Every curve is float64 and vectorized over the
+times ``t`` (steps at ``learning_rate``, neural-tangents' units).
 """
 
 from __future__ import annotations
@@ -170,9 +170,9 @@ def trace_bound(
     :math:`K`, the same as in :func:`gd_loss_curve`. Fixing :math:`c` by :math:`B_0 = L_0`
     makes :math:`B_t` independent of the overall scale of :math:`K` in the trace (only
     :math:`sK` matters). It is the exact loss when the residual is aligned,
-    :math:`\|v_i^\top r_0\|^2 \propto \lambda_i` (seed 003's condition 4.2; Theorem 4.5
-    there bounds the loss by a multiple of it). Rounding-level negative eigenvalues are set
-    to 0.
+    :math:`\|v_i^\top r_0\|^2 \propto \lambda_i` (condition 4.2 of "Label-NTK alignments
+    and a tighter convergence bound in the NTK regime"; its Theorem 4.5 bounds the loss by a
+    multiple of it). Rounding-level negative eigenvalues are set to 0.
 
     Parameters
     ----------
@@ -260,7 +260,8 @@ def lambda_min_bound(
 
 
 def generalization_figure(kernel: Tensor) -> float:
-    r"""The figure :math:`\mathrm{tr}(K)/n` of seed 003's generalization bound.
+    r"""The figure :math:`\mathrm{tr}(K)/n` of the generalization bound of the
+    label-alignment paper, "Label-NTK alignments and a tighter convergence bound in the NTK regime".
 
     .. math:: \frac{\mathrm{tr} K}{n} = \frac1n \sum_{i=1}^n K(x_i, x_i) = \frac1n \sum_i
               \lambda_i .
