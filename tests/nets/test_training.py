@@ -11,6 +11,7 @@ import copy
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from torch import Tensor, nn
 import ntklab as nl
 from ntklab.analysis.rates import fit_power_law
 from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
-from ntklab.nets import ScaledOutput, TrainingRecord, data_loss, train
+from ntklab.nets import ScaledOutput, TrainingRecord, TrainOptions, data_loss, train
 
 F64 = torch.float64
 ARCH = nl.serial(nl.Dense(1.5, 0.1), nl.Relu(), nl.Dense(1.5, 0.1))
@@ -401,3 +402,50 @@ def test_bad_inputs_name_the_argument(change: Bad, error: type[Exception], match
     model, x, y = kwargs.pop("model"), kwargs.pop("x"), kwargs.pop("y")
     with pytest.raises(error, match=match):
         train(model, x, y, **kwargs)
+
+
+def test_options_as_a_dataclass_or_as_keywords_train_the_same(gen: torch.Generator) -> None:
+    x = torch.randn(10, 3, generator=gen, dtype=F64)
+    y = torch.randn(10, 1, generator=gen, dtype=F64)
+    net = nn.Linear(3, 1, dtype=F64)
+    nets = [copy.deepcopy(net) for _ in range(3)]
+    sgd = TrainOptions(batch_size=4, weight_decay=0.01, normalization="sum", log_every=2)
+    runs = [
+        train(nets[0], x, y, learning_rate=0.05, t=7, options=sgd, generator=_gen(3)),
+        train(
+            nets[1],
+            x,
+            y,
+            learning_rate=0.05,
+            t=7,
+            batch_size=4,
+            weight_decay=0.01,
+            normalization="sum",
+            log_every=2,
+            generator=_gen(3),
+        ),
+        # keywords override the dataclass's fields
+        train(
+            nets[2],
+            x,
+            y,
+            learning_rate=0.05,
+            t=7,
+            options=replace(sgd, batch_size=10),
+            batch_size=4,
+            generator=_gen(3),
+        ),
+    ]
+    for other, run in zip(nets[1:], runs[1:], strict=True):
+        for p, q in zip(nets[0].parameters(), other.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=0)
+        torch.testing.assert_close(run.history.train_loss, runs[0].history.train_loss)
+    assert runs[0].history.step.tolist() == [0, 2, 4, 6, 7]
+    with pytest.raises(NtklabTypeError, match=r"steps: .*unknown keyword \(the time is t"):
+        train(net, x, y, learning_rate=0.1, t=1, steps=3)  # type: ignore[call-arg]
+    with pytest.raises(NtklabTypeError, match="options: expected a TrainOptions"):
+        train(net, x, y, learning_rate=0.1, t=1, options={"loss": "mse"})  # type: ignore[arg-type]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
