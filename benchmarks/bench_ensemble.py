@@ -98,7 +98,7 @@ def main() -> None:
         x,
         y,
         learning_rate=lr,
-        steps=steps,
+        t=steps,
         normalization="sum",
         x_test=x_test,
         chunk_size=chunk,
@@ -124,7 +124,7 @@ def main() -> None:
         x,
         y,
         learning_rate=lr,
-        steps=ss,
+        t=ss,
         normalization="sum",
         backward="autograd",
         chunk_size=chunk,
@@ -139,7 +139,7 @@ def main() -> None:
     small = ensemble(arch, sm, width, in_features=d, generator=gen)
     stacked = stack_modules(small.modules())
     tick = time.perf_counter()
-    train_ensemble(stacked, x, y, learning_rate=lr, steps=ss, normalization="sum")
+    train_ensemble(stacked, x, y, learning_rate=lr, t=ss, normalization="sum")
     vmap = (time.perf_counter() - tick) * (steps / ss) * (m / sm)
     print(
         f"generic vmap(grad(functional_call)): {vmap:.1f} s (timed on {sm} members x {ss} "

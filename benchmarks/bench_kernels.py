@@ -11,7 +11,7 @@ dimension d in {10, 784}, float32 and float64, under ``torch.no_grad``.
 - anchor: neural-tangents 0.6.5's jitted ``stax`` kernel_fn on the same inputs in float64,
   measured in the same run by ``--nt-python`` (an interpreter of the separate venv that
   ``tests/data/make_nt_reference.py`` describes) or in this process if ``neural_tangents`` is
-  importable; otherwise the issue's figure (9.4-10 s at n = 4000 on this kind of machine) is
+  importable; otherwise the earlier measurement (9.4-10 s at n = 4000 on this kind of machine) is
   quoted and marked so.
 
 Each time is the best of 3 runs after a warm-up (the warm-up compiles the fused kernel on

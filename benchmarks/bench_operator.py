@@ -8,7 +8,7 @@ Network: the MLP 784-512-512-512-10 in NTK parameterization with ReLU
 - forward + backward: ``torch.autograd.grad(net(x), params, v)``, the cost of one gradient
   step over the same batch.
 
-The ratio product / (forward + backward) is what the issue asks for; a ``vjp`` is one forward
+The ratio product / (forward + backward) is the figure of merit; a ``vjp`` is one forward
 plus one backward and a ``jvp`` about two forwards, so about 1.5-2 is expected. Each time is the
 best of ``repeats`` rounds after a warm-up, the two timed in
 turn within each round. Usage::

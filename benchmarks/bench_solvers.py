@@ -8,7 +8,7 @@ suffice; Rudi et al. arXiv:1705.10958), float64.
 - exact: ``solve(op, y, ridge, method="cholesky")`` (dense kernel, Cholesky);
 - nystrom: ``solve(op, y, ridge, method="nystrom", n_centres=M)`` with uniform centres.
 
-Printed: test mean squared error of each, their relative difference (the issue asks for 2%),
+Printed: test mean squared error of each, their relative difference (the target is 2%),
 wall times and their ratio, FALKON's iterations. ``--no-exact`` skips the exact solve for n
 beyond dense reach (e.g. ``--n 1000000 --no-exact``: one product then costs n M kernel
 entries, recomputed in tiles when K_nM does not fit ``--budget``). Usage::

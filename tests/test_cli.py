@@ -13,6 +13,7 @@ import pydantic
 import pytest
 from typer.testing import CliRunner, Result
 
+from experiment_helpers import FakeConfig, fake_experiment, registered
 from ntklab.cli import app
 from ntklab.experiments import (
     Count,
@@ -24,7 +25,6 @@ from ntklab.experiments import (
     RunResult,
 )
 from ntklab.experiments.fingerprint import code_fingerprint
-from ntklab.experiments.testing import FakeConfig, fake_experiment, registered
 
 
 @pytest.fixture(autouse=True)

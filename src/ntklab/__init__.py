@@ -8,9 +8,9 @@
 (torch.Size([5, 5]), torch.Size([5, 5]))
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from . import analysis, data, dynamics, empirical, nets, predict, solvers
 from .errors import (
     ConvergenceWarning,
     NtklabError,
@@ -46,10 +46,46 @@ from .kernels import (
     serial,
 )
 
-try:
-    __version__ = version("ntklab")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0+unknown"
+if TYPE_CHECKING:
+    from . import analysis, data, dynamics, empirical, nets, predict, solvers
+
+# The subpackages are imported on first access (``nl.dynamics``, ``import ntklab.nets``), so
+# ``import ntklab`` loads only the kernels: scipy, scikit-learn, matplotlib and dask are
+# imported by the functions that use them.
+_SUBPACKAGES = frozenset(
+    {
+        "analysis",
+        "data",
+        "distributed",
+        "dynamics",
+        "empirical",
+        "experiments",
+        "nets",
+        "predict",
+        "report",
+        "solvers",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("ntklab")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            return "0.0.0+unknown"
+    if name in _SUBPACKAGES:
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SUBPACKAGES)
+
 
 __all__ = [
     "Abs",

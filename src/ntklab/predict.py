@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_matrix
+from ._repr import summarize
 from .dynamics.descent import Schedule, critical_learning_rate, loss_normalizer
 from .dynamics.function_space import (
     Gaussian,
@@ -34,7 +35,7 @@ from .dynamics.function_space import (
     gaussian_at,
     linearized_dynamics,
 )
-from .dynamics.train_kernel import TrainKernel
+from .dynamics.train_kernel import TrainKernel, ridge_value
 from .errors import NtklabTypeError, NtklabValueError
 from .solvers.dense import check_symmetric
 
@@ -54,6 +55,9 @@ class Gaussians(NamedTuple):
     nngp: Any = None
     ntk: Any = None
 
+    def __repr__(self) -> str:
+        return f"Gaussians(nngp={summarize(self.nngp)}, ntk={summarize(self.ntk)})"
+
 
 def _canonical_get(get: object) -> tuple[tuple[str, ...], bool]:
     """``(gets, single)``: the requested kernels and whether a single name was given."""
@@ -71,6 +75,11 @@ def _canonical_get(get: object) -> tuple[tuple[str, ...], bool]:
         if g not in ("nngp", "ntk"):
             raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {g!r}")
     return names, single
+
+
+def _check_diag_reg(diag_reg: object) -> None:
+    """Refuse a bad ``diag_reg`` under its neural-tangents name."""
+    ridge_value(torch.ones(1), diag_reg, False, "diag_reg")  # type: ignore[arg-type]
 
 
 def _pack(out: dict[str, Any], single: bool) -> Any:
@@ -102,6 +111,8 @@ def gradient_descent_mse(
     predict_fn(t=None, fx_train_0=0.0, fx_test_0=None, k_test_train=None)
         Returns ``fx_train_t``, or ``(fx_train_t, fx_test_t)`` when ``fx_test_0`` is given, or
         ``fx_test_t`` alone when ``fx_train_0`` is None; with leading axes ``t.shape``.
+        ``t`` is a time in steps at ``learning_rate`` (neural-tangents' units: the flow
+        time is ``learning_rate * t``); None is infinity.
 
     Examples
     --------
@@ -113,12 +124,13 @@ def gradient_descent_mse(
     >>> fn(t=3.0)[0, 0].item()  # 1 - exp(-3 / 3)
     0.6321205588285577
     """
+    _check_diag_reg(diag_reg)
     dyn = linearized_dynamics(
         k_train_train,
         y_train,
         learning_rate=learning_rate,
-        diag_reg=diag_reg,
-        diag_reg_absolute_scale=diag_reg_absolute_scale,
+        ridge=diag_reg,
+        ridge_relative=not diag_reg_absolute_scale,
     )
 
     def predict_fn(
@@ -165,15 +177,17 @@ def gradient_descent_mse_ensemble(
     predict_fn(t=None, x_test=None, get=None, compute_cov=False)
         For ``get`` a string, the mean (``compute_cov=False``) or a :class:`Gaussian`; for a
         tuple or None (both), a :class:`Gaussians` of them. ``x_test=None`` predicts on the
-        training inputs.
+        training inputs. ``t`` is a time in steps at ``learning_rate`` (the flow time is
+        ``learning_rate * t``); None is infinity.
     """
+    _check_diag_reg(diag_reg)
     dyn = ensemble_dynamics(
         kernel_fn,
         x_train,
         y_train,
         learning_rate=learning_rate,
-        diag_reg=diag_reg,
-        diag_reg_absolute_scale=diag_reg_absolute_scale,
+        ridge=diag_reg,
+        ridge_relative=not diag_reg_absolute_scale,
     )
 
     def predict_fn(
@@ -228,7 +242,12 @@ def gp_inference(
             )
             # The schedule is irrelevant at t = infinity; N only scales time.
             factors[g] = TrainKernel(
-                k, Schedule("flow", 1.0, 1.0), diag_reg, diag_reg_absolute_scale, f"{g} train"
+                k,
+                Schedule("flow", 1.0, 1.0),
+                diag_reg,
+                not diag_reg_absolute_scale,
+                f"{g} train",
+                reg_name="diag_reg",
             )
         return factors[g]
 

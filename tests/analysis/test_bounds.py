@@ -70,7 +70,7 @@ def test_loss_curve_equals_gd_on_a_linear_model(
     actual = run_gd(x, y, theta0, eta, steps, normalization)
     r0 = x @ theta0 - y
     predicted = gd_loss_curve(
-        vals, vecs, r0, torch.arange(steps + 1), eta=eta, normalization=normalization
+        vals, vecs, r0, torch.arange(steps + 1), learning_rate=eta, normalization=normalization
     )  # type: ignore[arg-type]
     assert predicted.dtype == F64 and predicted.shape == (steps + 1,)
     assert_close(predicted, actual, rtol=1e-10, atol=1e-12)
@@ -84,7 +84,7 @@ def test_loss_curve_follows_a_divergent_step_too(gen: torch.Generator) -> None:
     eta = 2.2 / float(vals[0])
     actual = run_gd(x, y, torch.zeros(12, dtype=F64), eta, 20, "sum")
     assert_close(
-        gd_loss_curve(vals, vecs, -y, list(range(21)), eta=eta, normalization="sum"),
+        gd_loss_curve(vals, vecs, -y, list(range(21)), learning_rate=eta, normalization="sum"),
         actual,
         rtol=1e-10,
         atol=0,
@@ -108,9 +108,9 @@ def test_trace_bound_matches_dense_matrix_powers(gen: torch.Generator) -> None:
         ],
         dtype=F64,
     )
-    got = trace_bound(vals, steps, eta=eta, loss0=loss0, n_entries=n_entries)
+    got = trace_bound(vals, steps, learning_rate=eta, loss0=loss0, n_entries=n_entries)
     assert_close(got, dense, rtol=1e-10, atol=0)
-    same = trace_bound(vals, steps, eta=step, loss0=loss0, normalization="sum")
+    same = trace_bound(vals, steps, learning_rate=step, loss0=loss0, normalization="sum")
     assert_close(same, dense, rtol=1e-10, atol=0)
 
 
@@ -122,8 +122,8 @@ def test_trace_bound_is_exact_under_residual_alignment(gen: torch.Generator) -> 
     r0 = q @ (0.7 * lam.sqrt() * torch.sign(torch.randn(n, dtype=F64, generator=gen)))
     eta = n / float(lam[0])
     steps = torch.arange(0, 60, 7)
-    exact = gd_loss_curve(lam, q, r0, steps, eta=eta)
-    bound = trace_bound(lam, steps, eta=eta, loss0=float(exact[0]))
+    exact = gd_loss_curve(lam, q, r0, steps, learning_rate=eta)
+    bound = trace_bound(lam, steps, learning_rate=eta, loss0=float(exact[0]))
     assert_close(bound, exact, rtol=1e-12, atol=0)
 
 
@@ -133,8 +133,8 @@ def test_lambda_min_bound_is_above_the_exact_curve(gen: torch.Generator) -> None
     r0 = torch.randn(15, dtype=F64, generator=gen)
     eta = 15 / float(vals[0])
     steps = torch.arange(0, 300, 10)
-    exact = gd_loss_curve(vals, vecs, r0, steps, eta=eta)
-    bound = lambda_min_bound(vals, steps, eta=eta, loss0=float(exact[0]))
+    exact = gd_loss_curve(vals, vecs, r0, steps, learning_rate=eta)
+    bound = lambda_min_bound(vals, steps, learning_rate=eta, loss0=float(exact[0]))
     assert bool((bound >= exact * (1 - 1e-12)).all())
     lam_min = float(vals[-1])
     assert_close(bound, float(exact[0]) * (1 - lam_min / float(vals[0])) ** (2 * steps.double()))
@@ -143,11 +143,11 @@ def test_lambda_min_bound_is_above_the_exact_curve(gen: torch.Generator) -> None
 def test_rounding_negative_eigenvalues_are_floored_and_real_ones_rejected() -> None:
     vals = torch.tensor([2.0, 1.0, -1e-9], dtype=F64)
     assert_close(
-        lambda_min_bound(vals, [0, 3], eta=0.25, loss0=1.0, normalization="sum"),
+        lambda_min_bound(vals, [0, 3], learning_rate=0.25, loss0=1.0, normalization="sum"),
         torch.ones(2, dtype=F64),
     )
     with pytest.raises(NtklabValueError, match="eigvals: expected the eigenvalues of a positive"):
-        trace_bound(torch.tensor([2.0, -0.5], dtype=F64), 1, eta=0.1, loss0=1.0)
+        trace_bound(torch.tensor([2.0, -0.5], dtype=F64), 1, learning_rate=0.1, loss0=1.0)
 
 
 def test_generalization_figure() -> None:
@@ -163,20 +163,20 @@ def test_bad_arguments_name_themselves() -> None:
     vecs = torch.eye(2, dtype=F64)
     r0 = torch.ones(2, dtype=F64)
     with pytest.raises(NtklabValueError, match="normalization: expected one of 'mean', 'sum'"):
-        gd_loss_curve(vals, vecs, r0, 1, eta=0.1, normalization="avg")  # type: ignore[arg-type]
-    with pytest.raises(NtklabValueError, match="steps: expected finite steps >= 0"):
-        gd_loss_curve(vals, vecs, r0, torch.tensor([-1]), eta=0.1)
-    with pytest.raises(NtklabValueError, match="steps: expected integral"):
-        trace_bound(vals, torch.tensor([0.5]), eta=0.1, loss0=1.0)
-    with pytest.raises(NtklabTypeError, match="steps: expected a sequence of ints"):
-        trace_bound(vals, [0.5], eta=0.1, loss0=1.0)  # type: ignore[list-item]
-    with pytest.raises(NtklabValueError, match="eta: expected a number > 0"):
-        gd_loss_curve(vals, vecs, r0, 1, eta=0.0)
+        gd_loss_curve(vals, vecs, r0, 1, learning_rate=0.1, normalization="avg")  # type: ignore[arg-type]
+    with pytest.raises(NtklabValueError, match="t: expected finite steps >= 0"):
+        gd_loss_curve(vals, vecs, r0, torch.tensor([-1]), learning_rate=0.1)
+    with pytest.raises(NtklabValueError, match="t: expected integral"):
+        trace_bound(vals, torch.tensor([0.5]), learning_rate=0.1, loss0=1.0)
+    with pytest.raises(NtklabTypeError, match="t: expected a sequence of ints"):
+        trace_bound(vals, [0.5], learning_rate=0.1, loss0=1.0)  # type: ignore[list-item]
+    with pytest.raises(NtklabValueError, match="learning_rate: expected a number > 0"):
+        gd_loss_curve(vals, vecs, r0, 1, learning_rate=0.0)
     with pytest.raises(NtklabValueError, match="eigvecs: expected a full eigenbasis"):
-        gd_loss_curve(vals, vecs[:, :1], r0, 1, eta=0.1)
+        gd_loss_curve(vals, vecs[:, :1], r0, 1, learning_rate=0.1)
     with pytest.raises(NtklabValueError, match="r0: expected 2 rows"):
-        gd_loss_curve(vals, vecs, torch.ones(3), 1, eta=0.1)
+        gd_loss_curve(vals, vecs, torch.ones(3), 1, learning_rate=0.1)
     with pytest.raises(NtklabValueError, match="n_entries: expected a multiple of"):
-        trace_bound(vals, 1, eta=0.1, loss0=1.0, n_entries=3)
+        trace_bound(vals, 1, learning_rate=0.1, loss0=1.0, n_entries=3)
     with pytest.raises(NtklabValueError, match="loss0: expected a number >= 0"):
-        lambda_min_bound(vals, 1, eta=0.1, loss0=-1.0)
+        lambda_min_bound(vals, 1, learning_rate=0.1, loss0=-1.0)

@@ -55,7 +55,7 @@ def test_import_ntklab_does_not_import_dask() -> None:
 def test_blockwise_matches_dense_kernel(gen: torch.Generator, which: str) -> None:
     x1 = torch.randn(23, 4, generator=gen, dtype=torch.float64)
     x2 = torch.randn(17, 4, generator=gen, dtype=torch.float64)
-    arr = kernel_array(_arch(), x1, x2, which=which, chunk=5)  # type: ignore[arg-type]
+    arr = kernel_array(_arch(), x1, x2, get=which, chunk=5)  # type: ignore[arg-type]
     assert arr.shape == (23, 17)
     assert arr.chunks == ((5, 5, 5, 5, 3), (5, 5, 5, 2))
     dense = getattr(_arch().kernel(x1, x2), which)
@@ -86,15 +86,15 @@ def test_zarr_round_trip(gen: torch.Generator, tmp_path: Path, client: Any) -> N
     # an existing array is not replaced silently; overwrite=True replaces it
     with pytest.raises(NtklabValueError, match="path: expected a new location"):
         kernel_to_zarr(_arch(), x1, path=path, chunk=8)
-    z2 = kernel_to_zarr(_arch(), x1, path=path, which="nngp", chunk=8, overwrite=True)
+    z2 = kernel_to_zarr(_arch(), x1, path=path, get="nngp", chunk=8, overwrite=True)
     assert z2.shape == (21, 21)
     torch.testing.assert_close(torch.from_numpy(np.asarray(z2[:])), _arch().kernel(x1).nngp)
 
 
 def test_bad_input(gen: torch.Generator, tmp_path: Path) -> None:
     x = torch.randn(6, 3, generator=gen, dtype=torch.float64)
-    with pytest.raises(NtklabValueError, match="which: expected 'ntk' or 'nngp', got 'gp'"):
-        kernel_array(_arch(), x, which="gp")  # type: ignore[arg-type]
+    with pytest.raises(NtklabValueError, match="get: expected 'ntk' or 'nngp', got 'gp'"):
+        kernel_array(_arch(), x, get="gp")  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="chunk: expected an int >= 1, got 0"):
         kernel_array(_arch(), x, chunk=0)
     with pytest.raises(NtklabTypeError, match="arch: expected an ntklab Architecture"):

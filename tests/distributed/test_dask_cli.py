@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from experiment_helpers import fake_experiment, registered
 from ntklab.cli import app
-from ntklab.experiments.testing import fake_experiment, registered
 
 pytest.importorskip("distributed")
 

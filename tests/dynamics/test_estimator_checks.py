@@ -25,7 +25,7 @@ def _small() -> KernelRegressor:
     return KernelRegressor(arch, ridge=1e-3)
 
 
-@parametrize_with_checks([_small(), KernelRegressor(_small().architecture, time=10.0)])
+@parametrize_with_checks([_small(), KernelRegressor(_small().architecture, t=10.0)])
 def test_sklearn_contract(estimator: KernelRegressor, check: Callable[[Any], None]) -> None:
     check(estimator)
 

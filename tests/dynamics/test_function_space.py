@@ -105,7 +105,7 @@ def test_ridge_enters_as_documented(arch, data, absolute: bool) -> None:
     k, ktd = arch.kernel(x).ntk, arch.kernel(xt, x).ntk
     reg = 0.05
     rho = reg if absolute else reg * float(k.diagonal().mean())
-    dyn = linearized_dynamics(k, y, diag_reg=reg, diag_reg_absolute_scale=absolute)
+    dyn = linearized_dynamics(k, y, ridge=reg, ridge_relative=not absolute)
     expected = ktd @ torch.linalg.solve(k + rho * torch.eye(12, dtype=F64), y)
     torch.testing.assert_close(dyn.test(None, ktd), expected, rtol=1e-10, atol=1e-12)
     krr = nl.dynamics.kernel_ridge_regression(k, y, ktd, ridge=rho)
@@ -156,7 +156,7 @@ def test_singular_kernel_is_stable(arch) -> None:
 
 def test_ensemble_at_time_zero_is_the_prior_and_at_infinity_the_posterior(arch, data) -> None:
     x, y, xt = data
-    ens = ensemble_dynamics(arch, x, y, diag_reg=1e-3)
+    ens = ensemble_dynamics(arch, x, y, ridge=1e-3)
     prior = ens.predict(0.0, xt, "ntk", compute_cov=True)
     torch.testing.assert_close(prior.mean, torch.zeros(5, 2, dtype=F64), rtol=0, atol=1e-12)
     torch.testing.assert_close(prior.covariance, arch.kernel(xt).nngp, rtol=1e-10, atol=1e-12)

@@ -40,11 +40,11 @@ def test_estimator_matches_the_dynamics_and_sklearn_tools(arch) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 4))
     y = np.sin(x[:, 0]) + 0.1 * rng.normal(size=40)
-    model = KernelRegressor(arch, ridge=1e-2, time=50.0, random_state=3).fit(x[:30], y[:30])
+    model = KernelRegressor(arch, ridge=1e-2, t=50.0, random_state=3).fit(x[:30], y[:30])
     pred, std = model.predict(x[30:], return_std=True)
     assert isinstance(pred, np.ndarray) and pred.shape == (10,) and std.shape == (10,)
     dyn = nl.dynamics.ensemble_dynamics(
-        arch, torch.from_numpy(x[:30]), torch.from_numpy(y[:30]), diag_reg=1e-2
+        arch, torch.from_numpy(x[:30]), torch.from_numpy(y[:30]), ridge=1e-2
     )
     g = dyn.predict(50.0, torch.from_numpy(x[30:]), "ntk", compute_cov=True)
     np.testing.assert_allclose(pred, g.mean.numpy(), rtol=1e-12)

@@ -81,7 +81,7 @@ def test_trained_ensembles_approach_the_gaussian_process_g_t() -> None:
             generator=torch.Generator().manual_seed(width),
             dtype=F64,
         )
-        run = nl.nets.train_ensemble(ens, x, y, learning_rate=lr, steps=steps, x_test=xt)
+        run = nl.nets.train_ensemble(ens, x, y, learning_rate=lr, t=steps, x_test=xt)
         out = run.test_outputs[-1, :, :, 0]  # shape: (M, 3)
         mean_err = float((out.mean(0) - gt.mean[:, 0]).abs().max())
         cov_err = float((torch.cov(out.T) - gt.covariance).abs().max())

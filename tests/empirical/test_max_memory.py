@@ -75,7 +75,7 @@ def test_the_same_call_under_a_budget_that_fits_the_result_blocks_and_agrees() -
 
 @pytest.mark.usefixtures("no_kernel_computation")
 def test_the_default_is_the_policy_not_unbounded(small_policy: int) -> None:
-    """The issue's figure, n = 20,000 with ten outputs and ``outputs="full"``: 160 GB of
+    """The README's example, n = 20,000 with ten outputs and ``outputs="full"``: 160 GB of
     float32, refused at once under the default policy (here 4 MiB) instead of failing inside
     a torch allocation."""
     assert small_policy == 4 * 2**20

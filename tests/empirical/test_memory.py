@@ -41,5 +41,5 @@ def test_blocked_mlp_stays_under_budget(peak_memory: Callable[[str, str], int]) 
 
 @pytest.mark.slow
 def test_blocked_mlp_n20000_stays_under_2gib(peak_memory: Callable[[str, str], int]) -> None:
-    """The issue's figure: n = 20,000 (a 1.6 GB float32 result) under a 2 GiB budget."""
+    """The README's scale: n = 20,000 (a 1.6 GB float32 result) under a 2 GiB budget."""
     _check(peak_memory, 20000, 2 * 2**30)

@@ -358,7 +358,7 @@ def best_time(fn: Callable[[], Tensor], repeats: int = 5) -> tuple[float, Tensor
 
 @pytest.mark.slow
 def test_anchor_timings() -> None:
-    """Prints timings on the issue's anchors (neural-tangents 0.6.5, float32, 2 cores);
+    """Prints timings on the README's anchor networks (neural-tangents 0.6.5, float32, 2 cores);
     checks only that the traced kernel is the trace of the full one."""
     torch.manual_seed(0)
     cases = [

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ntklab.experiments.bandlimited as bl
+from experiment_helpers import run_tiny
 from ntklab.data import random_trig_polynomial, uniform_circle
 from ntklab.dynamics import kernel_ridge_regression
 from ntklab.errors import NtklabValueError
@@ -22,7 +23,6 @@ from ntklab.experiments import (
 )
 from ntklab.experiments.bandlimited import BandlimitedConfig, ntk_test_mse, ratio_name
 from ntklab.experiments.spectrum_s1 import relu_network
-from ntklab.experiments.testing import run_tiny
 
 # ---------------------------------------------------------------------------------------------
 # judge

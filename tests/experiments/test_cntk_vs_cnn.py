@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from experiment_helpers import run_tiny
 from ntklab.data import load_digits
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
@@ -32,7 +33,6 @@ from ntklab.experiments.cntk_vs_cnn import (
     kernel_regression_accuracy,
     measure,
 )
-from ntklab.experiments.testing import run_tiny
 
 NAME = "cntk-vs-cnn"
 

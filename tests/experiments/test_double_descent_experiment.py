@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import ntklab.experiments.double_descent as dd
+from experiment_helpers import run_tiny
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 
 NAME = "double-descent"
 

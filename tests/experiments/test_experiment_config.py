@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 import pytest
 
+from experiment_helpers import FakeConfig, fake_experiment, registered
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
     Count,
@@ -31,7 +32,6 @@ from ntklab.experiments.config import (
     describe_type,
     parse_override,
 )
-from ntklab.experiments.testing import FakeConfig, fake_experiment, registered
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from experiment_helpers import fake_experiment, registered
 from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.experiments import (
     Experiment,
@@ -20,7 +21,6 @@ from ntklab.experiments import (
     register,
     unregister,
 )
-from ntklab.experiments.testing import fake_experiment, registered
 
 
 def test_register_get_unregister() -> None:

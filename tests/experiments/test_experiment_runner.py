@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from experiment_helpers import FakeConfig, fake_experiment, registered, run_tiny
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
     Experiment,
@@ -27,7 +28,6 @@ from ntklab.experiments import (
 )
 from ntklab.experiments import result as result_module
 from ntklab.experiments.fingerprint import CodeFingerprint, code_fingerprint, run_key
-from ntklab.experiments.testing import FakeConfig, fake_experiment, registered, run_tiny
 
 RESULT_KEYS = {
     "schema_version",
@@ -436,12 +436,15 @@ def test_sigterm_during_a_run_leaves_no_temporary_folder(tmp_path: Path) -> None
     import sys
     import time
 
+    tests_dir = str(Path(__file__).resolve().parent.parent)  # for experiment_helpers
     script = f"""
+import sys
 import time
 from pathlib import Path
+sys.path.insert(0, {tests_dir!r})
 from ntklab.experiments import Measurement, Metric
 from ntklab.experiments.runner import run_experiment
-from ntklab.experiments.testing import fake_experiment
+from experiment_helpers import fake_experiment
 import dataclasses
 
 def slow(config, ctx):

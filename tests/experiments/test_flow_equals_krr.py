@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
+from experiment_helpers import run_tiny
 from ntklab.dynamics import linearized_dynamics
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import get_experiment, metrics_from_values, resolve_config
@@ -26,7 +27,6 @@ from ntklab.experiments.flow_equals_krr import (
     time_labels,
 )
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 
 NAME = "flow-equals-krr"
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
+from experiment_helpers import run_tiny
 from ntklab.data import uniform_sphere
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
@@ -29,7 +30,6 @@ from ntklab.experiments.gp_convergence import (
     resolved_slope,
     shallow_network,
 )
-from ntklab.experiments.testing import run_tiny
 from ntklab.nets import ensemble
 
 NAME = "gp-convergence"

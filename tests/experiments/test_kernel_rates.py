@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import ntklab.experiments.kernel_rates as kr
+from experiment_helpers import run_tiny
 from ntklab.data import (
     SourceConditionTarget,
     estimate_capacity,
@@ -25,7 +26,6 @@ from ntklab.experiments import (
     metrics_from_values,
     resolve_config,
 )
-from ntklab.experiments.testing import run_tiny
 
 # ---------------------------------------------------------------------------------------------
 # judge

@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from experiment_helpers import run_tiny
 from ntklab.data import load_digits
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
@@ -35,7 +36,6 @@ from ntklab.experiments.label_alignment import (
     network,
 )
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 
 NAME = "label-alignment"
 

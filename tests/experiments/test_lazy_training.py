@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from experiment_helpers import run_tiny
 from ntklab.dynamics import linearize
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
@@ -27,7 +28,6 @@ from ntklab.experiments.lazy_training import (
     mlp,
 )
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 from ntklab.nets import output_scale, train
 
 NAME = "lazy-training"
@@ -328,7 +328,7 @@ def test_closed_form_linearization_equals_training_the_linearized_module() -> No
     net = mlp(2, 1.4, 0.1).to_torch(48, in_features=4, generator=gen, dtype=torch.float64)
     lr, steps = 0.5, 30
     expected_model = linearize(net)
-    train(expected_model, x[:6], y, learning_rate=lr, steps=steps)
+    train(expected_model, x[:6], y, learning_rate=lr, t=steps)
     with torch.no_grad():
         expected = expected_model(x[6:])
     got = linearized_test_outputs(net, x[:6], y, x[6:], lr, steps)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import ntklab.experiments.network_rates as nr
+from experiment_helpers import run_tiny
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
     Metric,
@@ -22,7 +23,6 @@ from ntklab.experiments import (
     resolve_config,
 )
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 from ntklab.kernels.sphere import circle_eigenvalues, profile_from_architecture
 
 NAME = "network-rates"

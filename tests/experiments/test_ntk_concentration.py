@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import ntklab.experiments.ntk_concentration as nc
+from experiment_helpers import run_tiny
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.result import RunResult
-from ntklab.experiments.testing import run_tiny
 
 NAME = "ntk-concentration"
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
+from experiment_helpers import run_tiny
 from ntklab.data import TentMapS1
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
@@ -36,7 +37,6 @@ from ntklab.experiments.rkhs_vs_architecture import (
     tent_rkhs_norms,
 )
 from ntklab.experiments.spectrum_s1 import relu_network
-from ntklab.experiments.testing import run_tiny
 from ntklab.kernels.sphere import (
     circle_eigenvalues,
     profile_from_architecture,

@@ -13,6 +13,7 @@ import torch
 from scipy import linalg as sla
 from scipy import stats
 
+from experiment_helpers import run_tiny
 import ntklab.experiments.sawtooth_samples as sawtooth
 from ntklab.data import TentMapS1, uniform_circle
 from ntklab.dynamics import select_ridge_validation
@@ -29,7 +30,6 @@ from ntklab.experiments.sawtooth_samples import (
     select_ridge_banded,
 )
 from ntklab.experiments.spectrum_s1 import relu_network
-from ntklab.experiments.testing import run_tiny
 
 NAME = "sawtooth-samples"
 TINY = SawtoothSamplesConfig(

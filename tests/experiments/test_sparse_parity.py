@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ntklab.experiments.sparse_parity as sp
+from experiment_helpers import run_tiny
 from ntklab.data import hypercube, random_sparse_parity
 from ntklab.dynamics import kernel_ridge_regression, select_ridge_loo
 from ntklab.errors import NtklabValueError
@@ -22,7 +23,6 @@ from ntklab.experiments import (
 )
 from ntklab.experiments.sparse_parity import SparseParityConfig, ntk_test_mse
 from ntklab.experiments.spectrum_s1 import relu_network
-from ntklab.experiments.testing import run_tiny
 
 # ---------------------------------------------------------------------------------------------
 # judge

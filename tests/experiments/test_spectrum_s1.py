@@ -10,6 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
+from experiment_helpers import run_tiny
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.result import RunResult
@@ -22,7 +23,6 @@ from ntklab.experiments.spectrum_s1 import (
     relu_network,
     spectrum,
 )
-from ntklab.experiments.testing import run_tiny
 
 NAME = "spectrum-s1"
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from experiment_helpers import run_tiny
 from ntklab.analysis import gd_loss_curve, kernel_eigh
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import (
@@ -23,7 +24,6 @@ from ntklab.experiments import (
     resolve_config,
 )
 from ntklab.experiments.label_alignment import ImageData, NetName, load_images, network
-from ntklab.experiments.testing import run_tiny
 from ntklab.experiments.trace_bound import (
     FACTOR,
     LAMBDA_MIN_FRACTION,

@@ -104,17 +104,15 @@ def test_training_matches_single_networks_and_vmap(
         dtype=F64,
     )
     x, y, x_test = _data(gen)
-    kwargs = {"learning_rate": 0.2, "steps": 6, "normalization": normalization}
-    run = train_ensemble(
-        ens, x, y, x_test=x_test, weight_decay=0.05, record_steps=[0, 2, 6], **kwargs
-    )
+    kwargs = {"learning_rate": 0.2, "t": 6, "normalization": normalization}
+    run = train_ensemble(ens, x, y, x_test=x_test, weight_decay=0.05, record_t=[0, 2, 6], **kwargs)
     generic = train_ensemble(
         stack_modules(ens.modules()),
         x,
         y,
         x_test=x_test,
         weight_decay=0.05,
-        record_steps=[0, 2, 6],
+        record_t=[0, 2, 6],
         **kwargs,
     )
     assert run.test_outputs is not None and generic.test_outputs is not None
@@ -152,11 +150,11 @@ def test_closed_form_backward_equals_autograd(gen: torch.Generator, act: object)
                 inputs,
                 y,
                 learning_rate=0.1,
-                steps=4,
+                t=4,
                 x_test=x_test,
                 backward=backward,
                 weight_decay=0.01,
-                record_steps=[0, 1, 4],
+                record_t=[0, 1, 4],
                 chunk_size=2,
             )
             for backward in ("manual", "autograd")
@@ -188,11 +186,11 @@ def test_one_hidden_layer_fast_path_equals_autograd(
                 inputs,
                 y,
                 learning_rate=0.1,
-                steps=5,
+                t=5,
                 x_test=x_test,
                 backward=backward,
                 weight_decay=0.02,
-                record_steps=[0, 5],
+                record_t=[0, 5],
                 chunk_size=3,
             )
             for backward in ("manual", "autograd")
@@ -214,7 +212,7 @@ def test_one_step_gradient_by_hand(gen: torch.Generator) -> None:
     n_hidden, d = 5, 3
     ens = ensemble(_e1(nl.Tanh()), 2, n_hidden, in_features=d, generator=gen, dtype=F64)
     x, y, _ = _data(gen, n=4, d=d, k=1)
-    run = train_ensemble(ens, x, y, learning_rate=0.3, steps=1, normalization="sum")
+    run = train_ensemble(ens, x, y, learning_rate=0.3, t=1, normalization="sum")
     assert isinstance(run.ensemble, MLPEnsemble)
     w, v = ens.dense[0].weight, ens.dense[1].weight  # (M, d, n), (M, n, 1)
     pre = x @ w / math.sqrt(d)
@@ -238,21 +236,21 @@ def test_chunking_and_per_member_targets(gen: torch.Generator) -> None:
             xs,
             ys,
             learning_rate=0.05,
-            time=0.5,
+            t=10,
             x_test=x_test,
             chunk_size=c,
-            record_times=[0.0, 0.2, 0.5],
+            record_t=[0, 4, 10],
         )
         for c in (1, 3, None)
     ]
     assert runs[0].steps.tolist() == [0, 4, 10]
-    assert_close(runs[0].times, torch.tensor([0.0, 0.2, 0.5], dtype=F64))
+    assert_close(runs[0].flow_times, torch.tensor([0.0, 0.2, 0.5], dtype=F64))
     for other in runs[1:]:
         assert_close(other.test_outputs, runs[0].test_outputs, **TIGHT)
         assert_close(other.train_losses, runs[0].train_losses, **TIGHT)
     # member 5 alone, trained on its own data
     net = ens.member(5)
-    nl.nets.train(net, xs[5], ys[5], learning_rate=0.05, steps=10)
+    nl.nets.train(net, xs[5], ys[5], learning_rate=0.05, t=10)
     with torch.no_grad():
         assert_close(net(x_test[5]), runs[0].test_outputs[-1, 5], **TIGHT)  # type: ignore[index]
 
@@ -302,7 +300,7 @@ def test_divergence_warns(gen: torch.Generator) -> None:
     x = 10 * torch.randn(5, 2, generator=gen, dtype=F64)
     y = torch.randn(5, 1, generator=gen, dtype=F64)
     with pytest.warns(NumericalWarning, match="non-finite"):
-        train_ensemble(ens, x, y, learning_rate=1e3, steps=200, normalization="sum")
+        train_ensemble(ens, x, y, learning_rate=1e3, t=200, normalization="sum")
 
 
 def test_stack_modules_trains_any_module(gen: torch.Generator) -> None:
@@ -315,7 +313,7 @@ def test_stack_modules_trains_any_module(gen: torch.Generator) -> None:
         nets.append(net.double())
     x, y, _ = _data(gen, k=1)
     ens = stack_modules(nets)
-    run = train_ensemble(ens, x, y, learning_rate=0.1, steps=3, chunk_size=1)
+    run = train_ensemble(ens, x, y, learning_rate=0.1, t=3, chunk_size=1)
     assert isinstance(run.ensemble, ModuleEnsemble)
     for i, net in enumerate(nets):
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -330,7 +328,7 @@ def test_stack_modules_trains_any_module(gen: torch.Generator) -> None:
 
 def test_validation(gen: torch.Generator) -> None:
     arch = _e1(nl.Relu())
-    with pytest.raises(NtklabValueError, match="members"):
+    with pytest.raises(NtklabValueError, match="n_samples"):
         ensemble(arch, 0, 4, in_features=2)
     with pytest.raises(NtklabTypeError, match="dtype"):
         ensemble(arch, 2, 4, in_features=2, dtype=torch.float16)
@@ -342,22 +340,22 @@ def test_validation(gen: torch.Generator) -> None:
     x, y, _ = _data(gen, n=5, d=2, k=1)
     with pytest.raises(NtklabValueError, match="features"):
         ens(torch.zeros(5, 3, dtype=F64))
-    with pytest.raises(NtklabValueError, match="members=3"):
+    with pytest.raises(NtklabValueError, match="n_samples=3"):
         ens(torch.zeros(2, 5, 2, dtype=F64))
     with pytest.raises(NtklabTypeError, match="dtype"):
         ens(x.float())
     with pytest.raises(NtklabValueError, match=r"y: expected shape \(n=5"):
-        train_ensemble(ens, x, y[:4], learning_rate=0.1, steps=1)
-    with pytest.raises(NtklabValueError, match="exactly one"):
-        train_ensemble(ens, x, y, learning_rate=0.1, steps=1, time=0.1)
-    with pytest.raises(NtklabValueError, match="record_steps"):
-        train_ensemble(ens, x, y, learning_rate=0.1, steps=2, record_steps=[3])
+        train_ensemble(ens, x, y[:4], learning_rate=0.1, t=1)
+    with pytest.raises(NtklabTypeError, match="t: expected a whole number of steps"):
+        train_ensemble(ens, x, y, learning_rate=0.1, t=0.5)
+    with pytest.raises(NtklabValueError, match="record_t"):
+        train_ensemble(ens, x, y, learning_rate=0.1, t=2, record_t=[3])
     with pytest.raises(NtklabValueError, match="learning_rate"):
-        train_ensemble(ens, x, y, learning_rate=-1.0, steps=2)
+        train_ensemble(ens, x, y, learning_rate=-1.0, t=2)
     with pytest.raises(NtklabValueError, match="backward"):
-        train_ensemble(ens, x, y, learning_rate=0.1, steps=2, backward="nope")  # type: ignore[arg-type]
+        train_ensemble(ens, x, y, learning_rate=0.1, t=2, backward="nope")  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="finite"):
-        train_ensemble(ens, x, y * math.nan, learning_rate=0.1, steps=2)
+        train_ensemble(ens, x, y * math.nan, learning_rate=0.1, t=2)
     with pytest.raises(NtklabValueError, match="i: expected"):
         ens.member(3)
     with pytest.raises(NtklabValueError, match=r"modules\[1\]"):

@@ -235,7 +235,7 @@ def test_one_sgd_step_moves_features_by_order_one_only_under_mup(gen: torch.Gene
                 assert isinstance(net, nn.Sequential)
                 with torch.no_grad():
                     h0, y = net[:3](x), net(x) - residual
-                train(net, x, y, learning_rate=1.0, steps=1)
+                train(net, x, y, learning_rate=1.0, t=1)
                 with torch.no_grad():
                     per_seed.append(float((net[:3](x) - h0).square().mean().sqrt()))
             values.append(sum(per_seed) / len(per_seed))

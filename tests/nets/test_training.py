@@ -11,6 +11,7 @@ import copy
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from torch import Tensor, nn
 import ntklab as nl
 from ntklab.analysis.rates import fit_power_law
 from ntklab.errors import NtklabTypeError, NtklabValueError, NumericalWarning
-from ntklab.nets import ScaledOutput, TrainingRecord, data_loss, train
+from ntklab.nets import ScaledOutput, TrainingRecord, TrainOptions, data_loss, train
 
 F64 = torch.float64
 ARCH = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
@@ -54,7 +55,7 @@ def test_gd_on_linear_model_equals_matrix_power(gen: torch.Generator, normalizat
     net = nn.Linear(4, 2, bias=False, dtype=F64)
     w0 = net.weight.detach().clone()
     eta, steps = 0.05, 40
-    run = train(net, x, y, learning_rate=eta, steps=steps, normalization=normalization)  # type: ignore[arg-type]
+    run = train(net, x, y, learning_rate=eta, t=steps, normalization=normalization)  # type: ignore[arg-type]
     c = 1.0 / y.numel() if normalization == "mean" else 1.0
     expected = _linear_gd(x, y, w0, eta, c, 0.0, steps)
     torch.testing.assert_close(net.weight.detach().T, expected, rtol=0.0, atol=1e-10)
@@ -70,11 +71,11 @@ def test_weight_decay_matches_ridge_gd(gen: torch.Generator) -> None:
     net = nn.Linear(4, 2, bias=False, dtype=F64)
     w0 = net.weight.detach().clone()
     eta, wd, c = 0.1, 0.3, 1.0 / y.numel()
-    train(net, x, y, learning_rate=eta, steps=30, weight_decay=wd)
+    train(net, x, y, learning_rate=eta, t=30, weight_decay=wd)
     expected = _linear_gd(x, y, w0, eta, c, wd, 30)
     torch.testing.assert_close(net.weight.detach().T, expected, rtol=0.0, atol=1e-10)
     # run to convergence: the ridge solution (c X^T X + wd I)^{-1} c X^T Y
-    train(net, x, y, learning_rate=eta, steps=600, weight_decay=wd)
+    train(net, x, y, learning_rate=eta, t=600, weight_decay=wd)
     ridge = torch.linalg.solve(c * x.T @ x + wd * torch.eye(4, dtype=F64), c * x.T @ y)
     torch.testing.assert_close(net.weight.detach().T, ridge, rtol=0.0, atol=1e-9)
 
@@ -84,8 +85,8 @@ def test_sgd_with_full_batches_equals_gd(gen: torch.Generator) -> None:
     y = torch.randn(10, 1, generator=gen, dtype=F64)
     net = ARCH.to_torch(16, 1, in_features=3, generator=gen, dtype=F64)
     other = copy.deepcopy(net)
-    gd = train(net, x, y, learning_rate=0.2, steps=15, log_every=5)
-    sgd = train(other, x, y, learning_rate=0.2, steps=15, batch_size=10, log_every=5, generator=gen)
+    gd = train(net, x, y, learning_rate=0.2, t=15, log_every=5)
+    sgd = train(other, x, y, learning_rate=0.2, t=15, batch_size=10, log_every=5, generator=gen)
     for p, q in zip(net.parameters(), other.parameters(), strict=True):
         torch.testing.assert_close(p, q)
     torch.testing.assert_close(gd.history.train_loss, sgd.history.train_loss)
@@ -107,7 +108,7 @@ def test_sgd_minibatch_is_an_unbiased_rescaled_batch_step(
         x,
         y,
         learning_rate=eta,
-        steps=1,
+        t=1,
         batch_size=b,
         normalization=normalization,  # type: ignore[arg-type]
         generator=gen,
@@ -134,7 +135,7 @@ def test_sgd_epochs_cover_each_example_once(gen: torch.Generator) -> None:
     seen: list[Tensor] = []
     net = nn.Linear(3, 1, bias=False, dtype=F64)
     hook = net.register_forward_hook(lambda m, args, out: seen.append(args[0].detach().clone()))
-    train(net, x, y, learning_rate=eta, steps=3, batch_size=2, generator=gen)
+    train(net, x, y, learning_rate=eta, t=3, batch_size=2, generator=gen)
     hook.remove()
     batches = [b for b in seen if b.shape[0] < n]  # the others are full-batch evaluations
     assert [b.shape[0] for b in batches] == [2, 2, 1]
@@ -149,9 +150,10 @@ def test_gradient_flow_time_makes_learning_rates_comparable(gen: torch.Generator
     outs = {}
     for lr in (0.2, 0.1, 0.05):
         net = copy.deepcopy(net0)
-        run = train(net, x, y, learning_rate=lr, time=2.0)
+        run = train(net, x, y, learning_rate=lr, t=round(2.0 / lr))
         assert run.steps == round(2.0 / lr)
-        assert math.isclose(float(run.history.time[-1]), 2.0, rel_tol=1e-12)
+        assert math.isclose(run.flow_time, 2.0, rel_tol=1e-12)
+        assert math.isclose(float(run.history.flow_time[-1]), 2.0, rel_tol=1e-12)
         with torch.no_grad():
             outs[lr] = net(x)
     with torch.no_grad():
@@ -174,7 +176,7 @@ def test_hinge_loss_step_matches_hand_gradient(gen: torch.Generator, normalizati
     margins = y * (x @ w0)
     active = (margins < 1).to(F64)
     assert 0 < int(active.sum()) < n and float((margins - 1).abs().min()) > 1e-3
-    run = train(net, x, y, learning_rate=eta, steps=1, loss="hinge", normalization=normalization)  # type: ignore[arg-type]
+    run = train(net, x, y, learning_rate=eta, t=1, loss="hinge", normalization=normalization)  # type: ignore[arg-type]
     c = 1.0 / n if normalization == "mean" else 1.0
     expected = w0 + eta * c * x.T @ (active * y)
     torch.testing.assert_close(net.weight.detach().T, expected, rtol=0.0, atol=1e-14)
@@ -222,7 +224,7 @@ def test_logged_kernel_drift_and_weight_movement_match_direct(gen: torch.Generat
         x,
         y,
         learning_rate=0.3,
-        steps=12,
+        t=12,
         log_every=5,
         kernel_inputs=xk,
         x_test=x_test,
@@ -231,7 +233,7 @@ def test_logged_kernel_drift_and_weight_movement_match_direct(gen: torch.Generat
     )
     h = run.history
     assert h.step.tolist() == [0, 5, 10, 12] and len(h) == 4
-    torch.testing.assert_close(h.time, 0.3 * h.step.to(F64))
+    torch.testing.assert_close(h.flow_time, 0.3 * h.step.to(F64))
     assert h.kernel_drift is not None and h.test_loss is not None
     assert float(h.kernel_drift[0]) == 0.0 and float(h.weight_movement[0]) == 0.0
     theta0, theta = _ntk_autograd(net0, xk), _ntk_autograd(net, xk)
@@ -294,7 +296,7 @@ def test_lazy_scale_makes_training_lazier(gen: torch.Generator) -> None:
         )
         centered = ScaledOutput(_Centered(half), alpha)
         for name, net in (("pair", pair), ("centered", centered)):
-            run = train(net, x, y, learning_rate=0.5, time=10.0, kernel_inputs=x)
+            run = train(net, x, y, learning_rate=0.5, t=20, kernel_inputs=x)
             assert run.alpha == alpha and run.history.kernel_drift is not None
             measured[name][0].append(float(run.history.kernel_drift[-1]))
             measured[name][1].append(float(run.history.weight_movement[-1]))
@@ -313,7 +315,7 @@ def test_divergence_is_reported_not_nan(gen: torch.Generator) -> None:
     y = torch.randn(8, 1, generator=gen, dtype=F64)
     net = ARCH.to_torch(16, 1, in_features=3, generator=gen, dtype=F64)
     with pytest.warns(NumericalWarning, match=r"step \d+ \(learning_rate=50"):
-        run = train(net, x, y, learning_rate=50.0, steps=200, log_every=1)
+        run = train(net, x, y, learning_rate=50.0, t=200, log_every=1)
     assert run.diverged and 0 < run.steps < 200
     assert bool(torch.isfinite(run.history.train_loss).all())
     assert int(run.history.step[-1]) <= run.steps
@@ -324,12 +326,12 @@ def test_optimizer_factory_and_lazy_model(gen: torch.Generator) -> None:
     y = torch.randn(8, 1, generator=gen, dtype=F64)
     net = ARCH.to_torch(16, 1, generator=gen, dtype=F64)  # lazy input layer
     run = train(
-        net, x, y, learning_rate=0.01, steps=1, optimizer=lambda p: torch.optim.Adam(p, lr=0.01)
+        net, x, y, learning_rate=0.01, t=1, optimizer=lambda p: torch.optim.Adam(p, lr=0.01)
     )
     assert run.steps == 1
     reference = copy.deepcopy(net)
     run = train(
-        net, x, y, learning_rate=0.01, steps=5, optimizer=lambda p: torch.optim.Adam(p, lr=0.01)
+        net, x, y, learning_rate=0.01, t=5, optimizer=lambda p: torch.optim.Adam(p, lr=0.01)
     )
     opt = torch.optim.Adam(reference.parameters(), lr=0.01)
     for _ in range(5):
@@ -350,10 +352,9 @@ def _set(**changes: Any) -> Bad:
 @pytest.mark.parametrize(
     ("change", "error", "match"),
     [
-        (_set(steps=None), NtklabValueError, "steps, time: expected exactly one"),
-        (_set(time=1.0), NtklabValueError, "steps, time: expected exactly one"),
-        (_set(steps=None, time=0.01), NtklabValueError, "time: expected at least one step"),
-        (_set(steps=0), NtklabValueError, "steps"),
+        (_set(t=None), NtklabTypeError, "t: expected a whole number of steps"),
+        (_set(t=2.5), NtklabTypeError, "t: expected a whole number of steps"),
+        (_set(t=0), NtklabValueError, "t: expected a whole number of steps >= 1"),
         (_set(learning_rate=-0.1), NtklabValueError, "learning_rate"),
         (_set(learning_rate=float("nan")), NtklabValueError, "learning_rate"),
         (_set(loss="l1"), NtklabValueError, "loss"),
@@ -395,9 +396,56 @@ def test_bad_inputs_name_the_argument(change: Bad, error: type[Exception], match
         "x": torch.randn(8, 3, generator=gen, dtype=F64),
         "y": torch.randn(8, 1, generator=gen, dtype=F64),
         "learning_rate": 0.1,
-        "steps": 3,
+        "t": 3,
     }
     change(kwargs)
     model, x, y = kwargs.pop("model"), kwargs.pop("x"), kwargs.pop("y")
     with pytest.raises(error, match=match):
         train(model, x, y, **kwargs)
+
+
+def test_options_as_a_dataclass_or_as_keywords_train_the_same(gen: torch.Generator) -> None:
+    x = torch.randn(10, 3, generator=gen, dtype=F64)
+    y = torch.randn(10, 1, generator=gen, dtype=F64)
+    net = nn.Linear(3, 1, dtype=F64)
+    nets = [copy.deepcopy(net) for _ in range(3)]
+    sgd = TrainOptions(batch_size=4, weight_decay=0.01, normalization="sum", log_every=2)
+    runs = [
+        train(nets[0], x, y, learning_rate=0.05, t=7, options=sgd, generator=_gen(3)),
+        train(
+            nets[1],
+            x,
+            y,
+            learning_rate=0.05,
+            t=7,
+            batch_size=4,
+            weight_decay=0.01,
+            normalization="sum",
+            log_every=2,
+            generator=_gen(3),
+        ),
+        # keywords override the dataclass's fields
+        train(
+            nets[2],
+            x,
+            y,
+            learning_rate=0.05,
+            t=7,
+            options=replace(sgd, batch_size=10),
+            batch_size=4,
+            generator=_gen(3),
+        ),
+    ]
+    for other, run in zip(nets[1:], runs[1:], strict=True):
+        for p, q in zip(nets[0].parameters(), other.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=0)
+        torch.testing.assert_close(run.history.train_loss, runs[0].history.train_loss)
+    assert runs[0].history.step.tolist() == [0, 2, 4, 6, 7]
+    with pytest.raises(NtklabTypeError, match=r"steps: .*unknown keyword \(the time is t"):
+        train(net, x, y, learning_rate=0.1, t=1, steps=3)  # type: ignore[call-arg]
+    with pytest.raises(NtklabTypeError, match="options: expected a TrainOptions"):
+        train(net, x, y, learning_rate=0.1, t=1, options={"loss": "mse"})  # type: ignore[arg-type]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

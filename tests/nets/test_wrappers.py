@@ -90,7 +90,7 @@ def test_pair_halves_train_independently(gen: torch.Generator) -> None:
     y = torch.randn(6, 1, generator=gen, dtype=F64)
     assert isinstance(pair, AntisymmetricPair)
     start = [p.detach().clone() for p in pair.first.parameters()]
-    train(pair, x, y, learning_rate=0.1, steps=1)
+    train(pair, x, y, learning_rate=0.1, t=1)
     with torch.no_grad():
         assert float(pair(x).abs().max()) > 1e-4
     # one GD step from equal halves: the second moves exactly opposite to the first

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from experiment_helpers import fake_experiment, registered
 from ntklab.cli import app
 from ntklab.experiments import Experiment, RunResult, run_experiment
-from ntklab.experiments.testing import fake_experiment, registered
 from ntklab.report.claim_pages import rerun_command, write_claims_report
 from ntklab.report.claims import claims_table, commit_result
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from experiment_helpers import fake_experiment
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import run_experiment
-from ntklab.experiments.testing import fake_experiment
 from ntklab.report.claims import (
     TABLE_BEGIN,
     TABLE_END,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from experiment_helpers import fake_experiment
 from ntklab.experiments import RunResult, run_experiment
 from ntklab.experiments.fingerprint import code_fingerprint
-from ntklab.experiments.testing import fake_experiment
 from ntklab.report import render_html, render_markdown, write_report
 
 WHEN = dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC)

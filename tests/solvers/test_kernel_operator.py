@@ -15,7 +15,7 @@ from ntklab.solvers import kernel_operator
 def test_matmul_diagonal_dense_match(relu_arch, xy, gen, which, budget) -> None:  # type: ignore[no-untyped-def]
     x, _ = xy
     k = getattr(relu_arch.kernel(x), which)
-    op = kernel_operator(relu_arch, x, which=which, max_memory=budget)
+    op = kernel_operator(relu_arch, x, get=which, max_memory=budget)
     v = torch.randn(x.shape[0], 3, generator=gen, dtype=torch.float64)
     assert op.shape == (240, 240) and op.dtype == torch.float64
     if budget < 2**20:

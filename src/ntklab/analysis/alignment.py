@@ -1,6 +1,7 @@
 r"""Label-NTK and residual-NTK alignment: eigenpairs, projections, binned log-log slopes.
 
-The label-alignment paper (seed 003, claim D1) reports that the squared projections of the
+The paper "Label-NTK alignments and a tighter convergence bound in the NTK regime"
+(claim D1) reports that the squared projections of the
 labels on the NTK's eigenvectors scale as a power of the eigenvalues,
 
 .. math::
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from ntklab.errors import NtklabValueError
 
+from .._repr import short_repr
 from ._validate import (
     integer,
     positive_number,
@@ -217,6 +219,7 @@ def permuted_projections(
 # ------------------------------------------------------------------------------------ binning
 
 
+@short_repr
 @dataclass(frozen=True)
 class LogBins:
     """Energies averaged in logarithmically spaced eigenvalue bins (non-empty bins only).
@@ -443,8 +446,8 @@ def alignment_slope(
     The eigenpairs with :math:`\lambda_i` in the range are grouped by :func:`log_binned`
     into ``bins`` geometric bins, and :math:`\log \bar e_j = \log C + s \log c_j` is fitted
     by least squares over the non-empty bins (:func:`~ntklab.analysis.fit_power_law`). For
-    the claim of seed 003, :math:`s = 2` for labels and :math:`s = 1` for the initial
-    residual.
+    the claim of the label-alignment paper, :math:`s = 2` for labels and :math:`s = 1` for
+    the initial residual.
 
     The bootstrap resamples the eigenpairs in the range with replacement ``n_boot`` times,
     re-bins them on the same edges, refits, and reports the :math:`(1 \mp c)/2` quantiles

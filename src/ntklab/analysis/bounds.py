@@ -17,12 +17,13 @@ r_0\|^2` (summed over outputs) the loss after :math:`t` steps is exactly
 .. math:: L_t = c_N \sum_i (1 - s\lambda_i)^{2t} e_i, \qquad c_N = \tfrac{1}{2N}
           \text{ or } \tfrac12,
 
-(:func:`gd_loss_curve`). The trace bound of the label-alignment paper (seed 003, claim D2)
-assumes residual alignment, :math:`e_i \propto \lambda_i`, which turns the sum into a trace
-(:func:`trace_bound`); the classical bound keeps only :math:`\lambda_{\min}`
-(:func:`lambda_min_bound`). Claim D2's "step :math:`1/\lambda_{\max}`" is ``eta =
-1/lambda_max`` with ``normalization="sum"``, or ``eta = N/lambda_max`` with ``"mean"``
-(both :math:`s = 1/\lambda_{\max}`). Every curve is float64 and vectorized over ``steps``.
+(:func:`gd_loss_curve`). The trace bound of the paper "Label-NTK alignments and a tighter
+convergence bound in the NTK regime" (claim D2) assumes residual alignment, :math:`e_i \propto
+\lambda_i`, which turns the sum into a trace (:func:`trace_bound`); the classical bound keeps only
+:math:`\lambda_{\min}` (:func:`lambda_min_bound`). The step :math:`1/\lambda_{\max}` is
+``learning_rate = 1/lambda_max`` with ``normalization="sum"``, or ``learning_rate = N/lambda_max``
+with ``"mean"`` (both :math:`s = 1/\lambda_{\max}`). Every curve is float64 and vectorized over the
+times ``t`` (steps at ``learning_rate``, neural-tangents' units).
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def _eigvals(eigvals: object) -> Tensor:
     return real_tensor("eigvals", eigvals, (1,), shape_text="(n,)").detach().to(torch.float64)
 
 
-def _step_on_kernel(eta: object, n_entries: int, norm: Normalization) -> float:
-    step = positive_number("eta", eta)
+def _step_on_kernel(learning_rate: object, n_entries: int, norm: Normalization) -> float:
+    step = positive_number("learning_rate", learning_rate)
     return step / n_entries if norm == "mean" else step
 
 
@@ -83,9 +84,9 @@ def gd_loss_curve(
     eigvals: Tensor,
     eigvecs: Tensor,
     r0: Tensor,
-    steps: int | Tensor | list[int],
+    t: int | Tensor | list[int],
     *,
-    eta: float,
+    learning_rate: float,
     normalization: Normalization = "mean",
 ) -> Tensor:
     r"""Exact loss of a kernel (linear) model after ``t`` full-batch GD steps.
@@ -109,23 +110,23 @@ def gd_loss_curve(
         A full orthonormal eigenbasis of :math:`K` (as :func:`kernel_eigh` returns).
     r0 : Tensor of shape (n,) or (n, k)
         Initial residual :math:`f_0 - y` (``-y`` when :math:`f_0 = 0`).
-    steps : int, sequence of ints or 1-D integer tensor
-        Step counts :math:`t \ge 0`.
-    eta : float
-        Learning rate :math:`\eta > 0`.
+    t : int, sequence of ints or 1-D integer tensor
+        Times in steps at ``learning_rate`` (neural-tangents' ``t``), :math:`t \ge 0`.
+    learning_rate : float
+        :math:`\eta > 0`.
     normalization : {"mean", "sum"}
         Loss normalization (see the module docstring).
 
     Returns
     -------
     Tensor of shape (T,)
-        Float64 losses on ``eigvals``' device, one per step count.
+        Float64 losses on ``eigvals``' device, one per time.
 
     Examples
     --------
     >>> vals = torch.tensor([2.0, 1.0], dtype=torch.float64)
     >>> vecs = torch.eye(2, dtype=torch.float64)
-    >>> gd_loss_curve(vals, vecs, torch.tensor([1.0, 1.0]), [0, 1], eta=0.5,
+    >>> gd_loss_curve(vals, vecs, torch.tensor([1.0, 1.0]), [0, 1], learning_rate=0.5,
     ...               normalization="sum").tolist()
     [1.0, 0.125]
     """
@@ -141,17 +142,17 @@ def gd_loss_curve(
     residual = _targets("r0", r0, n).to(values.device)  # shape: (n, k)
     energies = (vectors.detach().to(values.device, torch.float64).T @ residual).square().sum(1)
     n_entries = int(residual.numel())
-    step = _step_on_kernel(eta, n_entries, norm)
-    t = steps_tensor("steps", steps, values.device)
+    step = _step_on_kernel(learning_rate, n_entries, norm)
+    times = steps_tensor("t", t, values.device)
     scale = 1.0 / (2 * n_entries) if norm == "mean" else 0.5
-    return scale * (_decay(values, t, step) @ energies)
+    return scale * (_decay(values, times, step) @ energies)
 
 
 def trace_bound(
     eigvals: Tensor,
-    steps: int | Tensor | list[int],
+    t: int | Tensor | list[int],
     *,
-    eta: float,
+    learning_rate: float,
     loss0: float,
     n_entries: int | None = None,
     normalization: Normalization = "mean",
@@ -169,17 +170,18 @@ def trace_bound(
     :math:`K`, the same as in :func:`gd_loss_curve`. Fixing :math:`c` by :math:`B_0 = L_0`
     makes :math:`B_t` independent of the overall scale of :math:`K` in the trace (only
     :math:`sK` matters). It is the exact loss when the residual is aligned,
-    :math:`\|v_i^\top r_0\|^2 \propto \lambda_i` (seed 003's condition 4.2; Theorem 4.5
-    there bounds the loss by a multiple of it). Rounding-level negative eigenvalues are set
-    to 0.
+    :math:`\|v_i^\top r_0\|^2 \propto \lambda_i` (condition 4.2 of "Label-NTK alignments
+    and a tighter convergence bound in the NTK regime"; its Theorem 4.5 bounds the loss by a
+    multiple of it). Rounding-level negative eigenvalues are set to 0.
 
     Parameters
     ----------
     eigvals : Tensor of shape (n,)
         Eigenvalues of the kernel on the training inputs (PSD; order irrelevant).
-    steps : int, sequence of ints or 1-D integer tensor
-    eta : float
-        Learning rate :math:`\eta > 0`.
+    t : int, sequence of ints or 1-D integer tensor
+        Times in steps at ``learning_rate``, :math:`t \ge 0`.
+    learning_rate : float
+        :math:`\eta > 0`.
     loss0 : float
         :math:`L_0 \ge 0`, the loss at :math:`t = 0`.
     n_entries : int, optional
@@ -194,7 +196,7 @@ def trace_bound(
 
     Examples
     --------
-    >>> trace_bound(torch.tensor([2.0, 1.0]), [0, 1], eta=0.5, loss0=3.0,
+    >>> trace_bound(torch.tensor([2.0, 1.0]), [0, 1], learning_rate=0.5, loss0=3.0,
     ...             normalization="sum").tolist()
     [3.0, 0.25]
     """
@@ -203,17 +205,17 @@ def trace_bound(
     total = float(values.sum())
     if not total > 0:
         raise NtklabValueError("eigvals: expected a kernel with a positive trace, got 0")
-    step = _step_on_kernel(eta, _n_entries(n_entries, values.shape[0]), norm)
+    step = _step_on_kernel(learning_rate, _n_entries(n_entries, values.shape[0]), norm)
     start = nonnegative_number("loss0", loss0)
-    t = steps_tensor("steps", steps, values.device)
-    return start * (_decay(values, t, step) @ values) / total
+    times = steps_tensor("t", t, values.device)
+    return start * (_decay(values, times, step) @ values) / total
 
 
 def lambda_min_bound(
     eigvals: Tensor,
-    steps: int | Tensor | list[int],
+    t: int | Tensor | list[int],
     *,
-    eta: float,
+    learning_rate: float,
     loss0: float,
     n_entries: int | None = None,
     normalization: Normalization = "mean",
@@ -229,8 +231,10 @@ def lambda_min_bound(
     Parameters
     ----------
     eigvals : Tensor of shape (n,)
-    steps : int, sequence of ints or 1-D integer tensor
-    eta : float
+    t : int, sequence of ints or 1-D integer tensor
+        Times in steps at ``learning_rate``, :math:`t \ge 0`.
+    learning_rate : float
+        :math:`\eta > 0`.
     loss0 : float
     n_entries : int, optional
         :math:`N` for ``"mean"`` (default ``n``).
@@ -243,20 +247,21 @@ def lambda_min_bound(
 
     Examples
     --------
-    >>> lambda_min_bound(torch.tensor([2.0, 1.0]), [0, 1], eta=0.5, loss0=3.0,
+    >>> lambda_min_bound(torch.tensor([2.0, 1.0]), [0, 1], learning_rate=0.5, loss0=3.0,
     ...                  normalization="sum").tolist()
     [3.0, 0.75]
     """
     norm = _check_normalization(normalization)
     values = psd_floor("eigvals", _eigvals(eigvals))
-    step = _step_on_kernel(eta, _n_entries(n_entries, values.shape[0]), norm)
+    step = _step_on_kernel(learning_rate, _n_entries(n_entries, values.shape[0]), norm)
     start = nonnegative_number("loss0", loss0)
-    t = steps_tensor("steps", steps, values.device)
-    return start * _decay(values.min()[None], t, step)[:, 0]
+    times = steps_tensor("t", t, values.device)
+    return start * _decay(values.min()[None], times, step)[:, 0]
 
 
 def generalization_figure(kernel: Tensor) -> float:
-    r"""The figure :math:`\mathrm{tr}(K)/n` of seed 003's generalization bound.
+    r"""The figure :math:`\mathrm{tr}(K)/n` of the generalization bound of the
+    label-alignment paper, "Label-NTK alignments and a tighter convergence bound in the NTK regime".
 
     .. math:: \frac{\mathrm{tr} K}{n} = \frac1n \sum_{i=1}^n K(x_i, x_i) = \frac1n \sum_i
               \lambda_i .

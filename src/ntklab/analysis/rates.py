@@ -19,10 +19,11 @@ from typing import Literal
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from scipy import stats
 from torch import Tensor
 
 from ntklab.errors import NtklabTypeError, NtklabValueError
+
+from .._repr import short_repr
 
 __all__ = [
     "BootstrapPowerLawFit",
@@ -151,6 +152,8 @@ def _ols(u: NDArray[np.float64], v: NDArray[np.float64], confidence: float, name
     ssr = float(resid @ resid)
     sst = float((v - v_mean) @ (v - v_mean))
     stderr = math.sqrt(ssr / (n - 2) / sxx)
+    from scipy import stats  # 2 s to import: loaded by the first fit, not by `import ntklab`
+
     quantile = float(stats.t.ppf(0.5 + confidence / 2, n - 2))
     r2 = 1.0 - ssr / sst if sst > 0 else 1.0
     return _Ols(
@@ -270,6 +273,7 @@ def fit_power_law(x: ArrayLike, y: ArrayLike, *, confidence: float = 0.95) -> Po
     )
 
 
+@short_repr
 @dataclass(frozen=True)
 class BootstrapPowerLawFit:
     r"""Power law fitted to a curve aggregated over seeds, with a seed-bootstrap interval.

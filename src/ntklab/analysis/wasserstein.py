@@ -1,12 +1,12 @@
 r"""Squared 2-Wasserstein distances: exact 1-D, Gaussian, empirical (POT), and the Monte Carlo
 floor of a finite sample.
 
-Claim E1 (seed 004, arXiv:2509.24544) measures :math:`W_2^2` between the law of a network's
-output at one input, known through :math:`M` independent initializations, and a Gaussian
-:math:`N(\mu, \sigma^2)` from the analytic kernels. Even a perfect Gaussian sample of size
-:math:`M` is at distance of order :math:`\sigma^2/M` (times a slowly growing factor) from its
-law: that Monte Carlo floor (:func:`normal_w2_floor`) must be subtracted before fitting a decay
-with width (:func:`debias_w2`, :func:`debiased_w2_to_normal`).
+Claim E1 (Mosig, Agazzi & Trevisan 2025, arXiv:2509.24544) measures :math:`W_2^2` between the law
+of a network's output at one input, known through :math:`M` independent initializations, and a
+Gaussian :math:`N(\mu, \sigma^2)` from the analytic kernels. Even a perfect Gaussian sample of size
+:math:`M` is at distance of order :math:`\sigma^2/M` (times a slowly growing factor) from its law:
+that Monte Carlo floor (:func:`normal_w2_floor`) must be subtracted before fitting a decay with
+width (:func:`debias_w2`, :func:`debiased_w2_to_normal`).
 
 In one dimension the optimal coupling is the monotone (quantile) one,
 

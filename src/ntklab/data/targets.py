@@ -29,6 +29,7 @@ from ntklab.analysis import PowerLawFit, fit_power_law
 from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.kernels.sphere import harmonic_multiplicities, legendre_polynomials
 
+from .._repr import short_repr
 from ._validation import (
     BLOCK_ELEMENTS,
     as_angles,
@@ -296,6 +297,7 @@ class TentMapS1:
 # trigonometric polynomials
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class TrigPolynomial:
     r"""A trigonometric polynomial of degree ``<= K`` on :math:`S^1`, given by its S^1 table.
@@ -523,6 +525,7 @@ def kernel_predictor_coefficients_s1(alpha: Tensor, centres: Tensor, eigenvalues
 # polynomials on S^(d-1)
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class SpherePolynomial:
     r"""A polynomial of degree ``<= K`` on :math:`S^{d-1}`, as a sum of zonal harmonics.
@@ -799,6 +802,7 @@ def _pad_rows(weights: Tensor, n_rows: int) -> Tensor:
 # sparse parity
 
 
+@short_repr
 @dataclass(frozen=True)
 class SparseParity:
     r"""The sparse parity :math:`y = \prod_{i \in S} x_i` on :math:`\{-1, 1\}^d`, ``|S| = k``.
@@ -887,6 +891,7 @@ def random_sparse_parity(dim: int, k: int, *, generator: torch.Generator) -> Spa
 # capacity and source-condition targets
 
 
+@short_repr
 @dataclass(frozen=True)
 class CapacityFit:
     r"""Capacity :math:`\gamma` of a kernel from the decay :math:`\lambda_i \sim i^{-1/\gamma}`
@@ -1021,6 +1026,7 @@ def estimate_capacity(
     return CapacityFit(gamma=-1.0 / fit.slope, gamma_ci=ci, fit=fit, rank_range=(lo, hi))
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class SourceConditionTarget:
     r"""A target built from a kernel's eigenfunctions with a prescribed source condition.

@@ -34,13 +34,13 @@ __all__ = ["DEFAULT_CHUNK", "kernel_array", "kernel_to_zarr", "read_zarr"]
 #: Rows and columns of a tile when ``chunk`` is not given and ``max_memory`` allows it.
 DEFAULT_CHUNK = 4096
 
-Which = Literal["ntk", "nngp"]
+Get = Literal["ntk", "nngp"]
 
 
-def _check_which(which: object) -> Which:
-    if which not in ("ntk", "nngp"):
-        raise NtklabValueError(f"which: expected 'ntk' or 'nngp', got {which!r}")
-    return which
+def _check_get(get: object) -> Get:
+    if get not in ("ntk", "nngp"):
+        raise NtklabValueError(f"get: expected 'ntk' or 'nngp', got {get!r}")
+    return get
 
 
 def _check_arch(arch: object) -> None:
@@ -52,14 +52,14 @@ def _check_arch(arch: object) -> None:
         )
 
 
-def _tile_bytes(arch: Architecture, which: Which, chunk: int, d: int, dtype: torch.dtype) -> int:
+def _tile_bytes(arch: Architecture, get: Get, chunk: int, d: int, dtype: torch.dtype) -> int:
     """Bytes one ``chunk x chunk`` tile takes while it is computed: the kernel recursion's
     scratch (:meth:`ntklab.solvers.ArchitectureKernel.block_bytes`: both kernels and four
     temporaries) and the tile's host copy."""
     from ntklab.solvers.operator import ArchitectureKernel
 
     item = torch.empty((), dtype=dtype).element_size()
-    recursion = ArchitectureKernel(arch, which).block_bytes(chunk, chunk, d, dtype)
+    recursion = ArchitectureKernel(arch, get).block_bytes(chunk, chunk, d, dtype)
     return int(recursion) + item * chunk * chunk
 
 
@@ -91,12 +91,12 @@ def _resolve_chunk(
     return min(size, n)
 
 
-def _kernel_block(a: Any, b: Any, *, arch: Architecture, which: Which, device: str) -> Any:
+def _kernel_block(a: Any, b: Any, *, arch: Architecture, get: Get, device: str) -> Any:
     """One tile: ``arch.kernel`` between two row blocks (numpy in, numpy out, on ``device``)."""
     with torch.no_grad():
         ta = torch.from_numpy(a).to(device)
         tb = torch.from_numpy(b).to(device)
-        block = getattr(arch.kernel(ta, tb), which)  # shape: (len(a), len(b))
+        block = getattr(arch.kernel(ta, tb), get)  # shape: (len(a), len(b))
         return block.cpu().numpy()
 
 
@@ -105,7 +105,7 @@ def kernel_array(
     x1: Tensor,
     x2: Tensor | None = None,
     *,
-    which: Which = "ntk",
+    get: Get = "ntk",
     chunk: int | None = None,
     max_memory: int | None = None,
 ) -> Any:
@@ -118,7 +118,7 @@ def kernel_array(
     x1 : Tensor of shape (n1, d)
     x2 : Tensor of shape (n2, d), optional
         Defaults to ``x1`` (every tile is computed; symmetry is not exploited).
-    which : {"ntk", "nngp"}
+    get : {"ntk", "nngp"}
         Which kernel to tile.
     chunk : int, optional
         Rows and columns of one tile. One tile holds ``chunk**2`` entries plus the
@@ -159,11 +159,11 @@ def kernel_array(
     da = require("dask.array")
     _check_arch(arch)
     a, b = check_inputs(x1, x2)
-    which = _check_which(which)
+    get = _check_get(get)
     budget = resolve_max_memory(max_memory, a.device)
     n = max(a.shape[0], 0 if b is None else b.shape[0])
     d, dtype = int(a.shape[1]), a.dtype
-    chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, which, c, d, dtype))
+    chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, get, c, d, dtype))
     if b is None:
         b = a
     device = str(a.device)
@@ -184,7 +184,7 @@ def kernel_array(
             dtype=a_np.dtype,
             concatenate=True,
             arch=arch,
-            which=which,
+            get=get,
             device=device,
         )
 
@@ -195,7 +195,7 @@ def kernel_to_zarr(
     x2: Tensor | None = None,
     *,
     path: str | Path,
-    which: Which = "ntk",
+    get: Get = "ntk",
     chunk: int | None = None,
     max_memory: int | None = None,
     overwrite: bool = False,
@@ -208,7 +208,7 @@ def kernel_to_zarr(
 
     Parameters
     ----------
-    arch, x1, x2, which, chunk, max_memory
+    arch, x1, x2, get, chunk, max_memory
         As in :func:`kernel_array`; the zarr chunks are the tiles.
     path : str or Path
         Where the zarr array is written (a folder). On a cluster, a path every worker can
@@ -236,7 +236,7 @@ def kernel_to_zarr(
             f"path: expected a new location (or overwrite=True), received {str(target)!r}, "
             "which exists"
         )
-    array = kernel_array(arch, x1, x2, which=which, chunk=chunk, max_memory=max_memory)
+    array = kernel_array(arch, x1, x2, get=get, chunk=chunk, max_memory=max_memory)
     store = array.to_zarr(str(target), overwrite=overwrite, compute=False)
     if client is None:
         store.compute()

@@ -135,7 +135,8 @@ class Schedule:
         evals : Tensor of shape (n,)
             Non-negative eigenvalues.
         t : Tensor of shape (T,)
-            Finite, non-negative times (steps).
+            Finite, non-negative times in steps at ``learning_rate`` (the flow time is
+            ``learning_rate * t``).
 
         Returns
         -------

@@ -171,7 +171,7 @@ def kernel_gd_coefficients_s1(
     x: Tensor,
     y: Tensor,
     eigenvalues: Tensor,
-    times: Tensor | float,
+    t: Tensor | float,
     *,
     schedule: Literal["flow", "gd"] = "flow",
     learning_rate: float = 1.0,
@@ -204,15 +204,16 @@ def kernel_gd_coefficients_s1(
     eigenvalues : Tensor of shape (K + 1,)
         :math:`\mu_0..\mu_K` of the kernel (``circle_eigenvalues``), non-negative up to
         rounding.
-    times : float or Tensor of shape (T,)
-        Stopping times in steps (flow time :math:`\eta t`); whole numbers for ``"gd"``.
+    t : float or Tensor of shape (T,)
+        Stopping times in steps at ``learning_rate`` (neural-tangents' ``t``; the flow time is
+        :math:`\eta t`); whole numbers for ``"gd"``.
     schedule : {"flow", "gd"}
     learning_rate : float
         :math:`\eta > 0`.
 
     Returns
     -------
-    Tensor of shape (T, K + 1, 2) (or (K + 1, 2) for a float ``times``)
+    Tensor of shape (T, K + 1, 2) (or (K + 1, 2) for a float ``t``)
         S^1 tables (:mod:`ntklab.data.targets` convention) of the predictors, in ``y``'s
         dtype; compare with a target by :func:`ntklab.data.excess_risk_s1`.
 
@@ -249,8 +250,8 @@ def kernel_gd_coefficients_s1(
     n = int(angles.shape[0])
     sched = Schedule(kind=schedule, learning_rate=learning_rate, normalizer=float(n))
     dtype, device = y.dtype, y.device
-    scalar = not isinstance(times, Tensor)
-    t = torch.as_tensor(times, dtype=dtype, device=device).reshape(-1)
+    scalar = not isinstance(t, Tensor)
+    t = torch.as_tensor(t, dtype=dtype, device=device).reshape(-1)
     sched.check_times(t)
 
     n_freq = int(mu.shape[0])
@@ -283,7 +284,7 @@ def kernel_gd_excess_risk_s1(
     y: Tensor,
     eigenvalues: Tensor,
     target: Tensor,
-    times: Tensor | float,
+    t: Tensor | float,
     *,
     schedule: Literal["flow", "gd"] = "flow",
     learning_rate: float = 1.0,
@@ -303,14 +304,14 @@ def kernel_gd_excess_risk_s1(
 
     Parameters
     ----------
-    x, y, eigenvalues, times, schedule, learning_rate
+    x, y, eigenvalues, t, schedule, learning_rate
         As in :func:`kernel_gd_coefficients_s1`.
     target : Tensor of shape (K_t + 1, 2)
         The target's S^1 table (any ``K_t``).
 
     Returns
     -------
-    Tensor of shape (T,) (or () for a float ``times``)
+    Tensor of shape (T,) (or () for a float ``t``)
 
     Examples
     --------
@@ -323,7 +324,7 @@ def kernel_gd_excess_risk_s1(
     [0.375, 0.0]
     """
     tables = kernel_gd_coefficients_s1(
-        x, y, eigenvalues, times, schedule=schedule, learning_rate=learning_rate
+        x, y, eigenvalues, t, schedule=schedule, learning_rate=learning_rate
     )
     if not isinstance(target, Tensor):
         raise NtklabTypeError(

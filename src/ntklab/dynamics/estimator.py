@@ -2,10 +2,10 @@
 
 ``KernelRegressor(arch).fit(X, y).predict(X_test)`` is the mean of :math:`\\mathcal{G}_t`
 (:class:`~ntklab.dynamics.EnsembleDynamics`): kernel ridge regression with the NTK at
-``time=None`` (infinity), the NNGP posterior mean with ``kernel="nngp"``, early-stopped kernel
-gradient descent at finite ``time``. It follows the scikit-learn contract (``__init__`` only
+``t=None`` (infinity), the NNGP posterior mean with ``kernel="nngp"``, early-stopped kernel
+gradient descent at finite ``t``. It follows the scikit-learn contract (``__init__`` only
 stores, ``fit`` validates and returns ``self``, fitted attributes end in ``_``), so it works with
-``sklearn.model_selection`` (``GridSearchCV`` over ``ridge`` or ``time``, ``cross_val_score``).
+``sklearn.model_selection`` (``GridSearchCV`` over ``ridge`` or ``t``, ``cross_val_score``).
 NumPy inputs give NumPy outputs; torch inputs give torch outputs.
 """
 
@@ -89,16 +89,17 @@ def _check_tensor(name: str, t: Tensor, *, two_d: bool) -> None:
 
 
 class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
-    """Regression with the infinite-width kernels of an architecture, trained to time ``time``.
+    """Regression with the infinite-width kernels of an architecture, trained to time ``t``.
 
     Parameters
     ----------
     architecture : Architecture or callable ``(x1, x2) -> Kernel``
     kernel : {"ntk", "nngp"}
         Gradient descent on the NTK (the trained ensemble), or on the NNGP (Bayesian
-        inference at ``time=None``).
-    time : float or None
-        Training time in steps of ``learning_rate`` (None: infinity).
+        inference at ``t=None``).
+    t : float or None
+        Training time in steps at ``learning_rate``, neural-tangents' ``t`` (the flow time is
+        ``learning_rate * t``; None: infinity).
     learning_rate : float
     ridge : float
         Diagonal regularizer.
@@ -143,7 +144,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         architecture: Any = None,
         *,
         kernel: str = "ntk",
-        time: float | None = None,
+        t: float | None = None,
         learning_rate: float = 1.0,
         ridge: float = 0.0,
         ridge_relative: bool = True,
@@ -154,7 +155,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     ) -> None:
         self.architecture = architecture
         self.kernel = kernel
-        self.time = time
+        self.t = t
         self.learning_rate = learning_rate
         self.ridge = ridge
         self.ridge_relative = ridge_relative
@@ -256,8 +257,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             x,
             targets,
             learning_rate=self.learning_rate,
-            diag_reg=self.ridge,
-            diag_reg_absolute_scale=not self.ridge_relative,
+            ridge=self.ridge,
+            ridge_relative=self.ridge_relative,
             schedule=self.schedule,
             normalization=self.normalization,
         )
@@ -276,7 +277,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self._check_fitted()
         x, numpy_in = self._check_X(X, reset=False)
         x = x.to(self.X_train_.device)
-        out = self.dynamics_.predict(self.time, x, self.kernel, compute_cov)  # type: ignore[arg-type]
+        out = self.dynamics_.predict(self.t, x, self.kernel, compute_cov)  # type: ignore[arg-type]
         return out, numpy_in
 
     def predict(self, X: Any, return_std: bool = False, return_cov: bool = False) -> Any:
@@ -319,7 +320,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         return float(r2.mean())
 
     def sample_y(self, X: Any, n_samples: int = 1, random_state: Any = None) -> Any:
-        """Draws of the outputs of ensemble members (finite ``time``) on ``X``.
+        """Draws of the outputs of ensemble members (finite ``t``) on ``X``.
 
         Returns
         -------

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix
+from .._repr import short_repr, summarize
 from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.kernel import Kernel
 from ..solvers.dense import symmetrize
@@ -73,6 +74,9 @@ class Gaussian(NamedTuple):
 
     mean: Tensor
     covariance: Tensor
+
+    def __repr__(self) -> str:
+        return f"Gaussian(mean={summarize(self.mean)}, covariance={summarize(self.covariance)})"
 
 
 def as_targets(y: object, n: int, *, like: Tensor, name: str = "y_train") -> tuple[Tensor, bool]:
@@ -137,6 +141,7 @@ def _make_schedule(
     )
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class LinearizedDynamics:
     """Outputs of one linearized network under descent on the squared loss, in closed form.
@@ -184,6 +189,7 @@ class LinearizedDynamics:
         Parameters
         ----------
         t : float, array of floats, or None
+            Time(s) in steps (the flow time is ``learning_rate * t``); None is infinity.
         k_test_train : Tensor of shape (m, n)
             :math:`\\Theta(x_{test}, X)`.
         fx_train_0 : float or Tensor of shape (n, k)
@@ -211,8 +217,8 @@ def linearized_dynamics(
     y_train: Tensor,
     *,
     learning_rate: float = 1.0,
-    diag_reg: float = 0.0,
-    diag_reg_absolute_scale: bool = False,
+    ridge: float = 0.0,
+    ridge_relative: bool = True,
     schedule: str = "flow",
     normalization: str = "mean",
 ) -> LinearizedDynamics:
@@ -225,9 +231,12 @@ def linearized_dynamics(
     y_train : Tensor of shape (n, k) or (n,)
     learning_rate : float
         Step :math:`\\eta`; times count steps.
-    diag_reg : float
-        Ridge, relative to the mean diagonal unless ``diag_reg_absolute_scale``.
-    diag_reg_absolute_scale : bool
+    ridge : float
+        :math:`\\rho \\ge 0` added to the diagonal of the train kernel, times its mean
+        diagonal when ``ridge_relative`` (neural-tangents' ``diag_reg``).
+    ridge_relative : bool
+        Whether ``ridge`` is relative to the mean diagonal (default, scale-free, as
+        neural-tangents' ``diag_reg_absolute_scale=False``) or absolute.
     schedule : {"flow", "gd"}
         Gradient flow, or discrete gradient descent (integer times; a warning when
         ``learning_rate`` is above the critical :math:`2N/\\lambda_{max}`).
@@ -250,7 +259,7 @@ def linearized_dynamics(
     k = check_matrix("k_train_train", k_train_train)
     y, vector = as_targets(y_train, int(k.shape[0]), like=k)
     sched = _make_schedule(schedule, learning_rate, normalization, y.numel())
-    tk = TrainKernel(k, sched, diag_reg, diag_reg_absolute_scale)
+    tk = TrainKernel(k, sched, ridge, ridge_relative)
     return LinearizedDynamics(tk, y, vector)
 
 
@@ -269,6 +278,7 @@ def _kernel_of(kernel_fn: object, x1: Tensor, x2: Tensor | None) -> Kernel:
     return cast(Kernel, out)
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleDynamics:
     """The Gaussian process :math:`\\mathcal{G}_t` of an infinite ensemble of wide networks.
@@ -281,8 +291,8 @@ class EnsembleDynamics:
     x_train: Tensor
     y_train: Tensor  # shape: (n, k)
     schedule: Schedule
-    diag_reg: float = 0.0
-    diag_reg_absolute_scale: bool = False
+    ridge: float = 0.0
+    ridge_relative: bool = True
     vector: bool = False
     _factors: dict[str, TrainKernel] = field(default_factory=dict, repr=False)
 
@@ -296,7 +306,7 @@ class EnsembleDynamics:
         if get not in self._factors:
             k = getattr(self.train_kernels, get).to(self.y_train.dtype)
             self._factors[get] = TrainKernel(
-                k, self.schedule, self.diag_reg, self.diag_reg_absolute_scale, name=f"{get} train"
+                k, self.schedule, self.ridge, self.ridge_relative, name=f"{get} train"
             )
         return self._factors[get]
 
@@ -312,7 +322,8 @@ class EnsembleDynamics:
         Parameters
         ----------
         t : float, array of floats, or None
-            Time(s) in steps; None is infinity.
+            Time(s) in steps at ``learning_rate`` (the flow time is ``learning_rate * t``);
+            None is infinity.
         x_test : Tensor of shape (m, d), optional
             None: the training inputs (with the regularized kernel standing for the train
             kernel, as neural-tangents does).
@@ -333,7 +344,10 @@ class EnsembleDynamics:
         gets: tuple[Get, ...],
         compute_cov: bool = False,
     ) -> dict[str, Tensor | Gaussian]:
-        """:meth:`predict` for several ``get`` at once; the test kernels are computed once."""
+        """:meth:`predict` for several ``get`` at once; the test kernels are computed once.
+
+        ``t`` as in :meth:`predict`: time in steps at ``learning_rate``, None for infinity.
+        """
         for get in gets:
             if get not in ("nngp", "ntk"):
                 raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {get!r}")
@@ -439,8 +453,8 @@ def ensemble_dynamics(
     y_train: Tensor,
     *,
     learning_rate: float = 1.0,
-    diag_reg: float = 0.0,
-    diag_reg_absolute_scale: bool = False,
+    ridge: float = 0.0,
+    ridge_relative: bool = True,
     schedule: str = "flow",
     normalization: str = "mean",
 ) -> EnsembleDynamics:
@@ -452,7 +466,7 @@ def ensemble_dynamics(
         Gives the NNGP (the law of the initial outputs) and the NTK (the dynamics).
     x_train : Tensor of shape (n, d)
     y_train : Tensor of shape (n, k) or (n,)
-    learning_rate, diag_reg, diag_reg_absolute_scale, schedule, normalization
+    learning_rate, ridge, ridge_relative, schedule, normalization
         As in :func:`linearized_dynamics`.
 
     Returns
@@ -468,6 +482,4 @@ def ensemble_dynamics(
             "kernel_fn: expected an ntklab architecture or a callable (x1, x2) -> Kernel, got "
             f"{type(kernel_fn).__name__}"
         )
-    return EnsembleDynamics(
-        cast(KernelFn, fn), x, y, sched, diag_reg, diag_reg_absolute_scale, vector
-    )
+    return EnsembleDynamics(cast(KernelFn, fn), x, y, sched, ridge, ridge_relative, vector)

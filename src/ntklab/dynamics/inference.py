@@ -5,7 +5,7 @@ Kernel ridge regression with ridge :math:`\\rho` minimizes
 
 .. math:: \\hat f(x) = k_{xX} (K + \\rho I)^{-1} Y,
 
-which is gradient flow on the kernel at infinite time with ``diag_reg = rho`` (absolute), and,
+which is gradient flow on the kernel at infinite time with ``ridge = rho`` (absolute), and,
 with :math:`\\rho \\to 0`, the minimum-norm interpolant. The ridge can be chosen by
 leave-one-out cross-validation, which is closed-form for KRR: with
 :math:`G = K + \\rho I` and :math:`\\alpha = G^{-1}Y`, the prediction error at :math:`x_i` of
@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix
+from .._repr import short_repr
 from ..errors import NtklabValueError
 from ..kernels.kernel import Kernel
 from ..solvers.dense import check_symmetric, cholesky_with_jitter, psd_eigh
@@ -88,6 +89,7 @@ def kernel_ridge_regression(
     return out[:, 0] if vector else out
 
 
+@short_repr
 @dataclass(frozen=True)
 class RidgeSelection:
     """The result of choosing a ridge by leave-one-out cross-validation.
@@ -184,7 +186,7 @@ def gp_posterior(
         raise NtklabValueError(f"get: expected 'nngp' or 'ntk', got {get!r}")
     rho = _check_ridge("ridge", ridge)
     theta = getattr(k_train_train, get)
-    fac = TrainKernel(theta, Schedule("flow", 1.0, 1.0), rho, True, name=f"k_train_train.{get}")
+    fac = TrainKernel(theta, Schedule("flow", 1.0, 1.0), rho, False, name=f"k_train_train.{get}")
     y, vector = as_targets(y_train, fac.n, like=theta)
     out = gaussian_at(
         fac,

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix, check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..solvers.dense import check_symmetric, psd_eigh
 from .function_space import as_targets
@@ -30,6 +31,7 @@ from .function_space import as_targets
 __all__ = ["ValidationRidgeSelection", "select_ridge_validation", "validation_split"]
 
 
+@short_repr
 @dataclass(frozen=True)
 class ValidationRidgeSelection:
     """The ridge chosen on a validation split, and the fitted predictor at that ridge.

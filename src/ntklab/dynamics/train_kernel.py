@@ -12,9 +12,9 @@ with :math:`D_t` the schedule's residual factor (:mod:`.descent`). Finite times 
 eigendecomposition, infinite time through a Cholesky solve (with jitter when the kernel is
 singular); both are computed on first use and cached with the training set.
 
-The ridge: :math:`\\rho` = ``diag_reg`` times the mean of the diagonal of :math:`\\Theta`
-(neural-tangents' default, scale-free), or ``diag_reg`` itself with
-``diag_reg_absolute_scale=True``.
+The ridge: :math:`\\rho` = ``ridge`` times the mean of the diagonal of :math:`\\Theta` with
+``ridge_relative=True`` (neural-tangents' default for its ``diag_reg``, scale-free), or
+``ridge`` itself.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..solvers.dense import Cholesky, Eigh, check_symmetric, cholesky_with_jitter, psd_eigh
 from .descent import Schedule
@@ -33,15 +34,16 @@ from .descent import Schedule
 __all__ = ["TrainKernel", "as_times", "ridge_value"]
 
 
-def ridge_value(kernel: Tensor, diag_reg: float, absolute: bool) -> float:
-    """The ridge :math:`\\rho` added to the diagonal (see the module docstring)."""
-    if isinstance(diag_reg, bool) or not isinstance(diag_reg, int | float):
-        raise NtklabTypeError(f"diag_reg: expected a float >= 0, got {type(diag_reg).__name__}")
-    if not (math.isfinite(diag_reg) and diag_reg >= 0):
-        raise NtklabValueError(f"diag_reg: expected a finite value >= 0, got {diag_reg}")
-    if absolute:
-        return float(diag_reg)
-    return float(diag_reg) * float(kernel.diagonal().mean())
+def ridge_value(kernel: Tensor, ridge: float, relative: bool, name: str = "ridge") -> float:
+    """The ridge :math:`\\rho` added to the diagonal (see the module docstring); ``name`` is
+    the argument's name in errors."""
+    if isinstance(ridge, bool) or not isinstance(ridge, int | float):
+        raise NtklabTypeError(f"{name}: expected a float >= 0, got {type(ridge).__name__}")
+    if not (math.isfinite(ridge) and ridge >= 0):
+        raise NtklabValueError(f"{name}: expected a finite value >= 0, got {ridge}")
+    if not relative:
+        return float(ridge)
+    return float(ridge) * float(kernel.diagonal().mean())
 
 
 def as_times(t: object, *, like: Tensor) -> tuple[Tensor, tuple[int, ...]]:
@@ -61,6 +63,7 @@ def as_times(t: object, *, like: Tensor) -> tuple[Tensor, tuple[int, ...]]:
     return tt.reshape(-1), tuple(tt.shape)
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class TrainKernel:
     """A regularized train-train kernel with its cached factorizations.
@@ -71,18 +74,21 @@ class TrainKernel:
         Symmetric PSD train-train kernel :math:`\\Theta`.
     schedule : Schedule
         Gradient flow or descent, with the learning rate and the loss normalizer.
-    diag_reg : float
-        Ridge strength (relative to the mean diagonal unless ``diag_reg_absolute_scale``).
-    diag_reg_absolute_scale : bool
+    reg : float
+        Ridge strength (relative to the mean diagonal when ``relative``).
+    relative : bool
     name : str
         How errors and warnings refer to the kernel.
+    reg_name : str
+        How errors refer to the ridge (``"diag_reg"`` under :mod:`ntklab.predict`).
     """
 
     kernel: Tensor
     schedule: Schedule
-    diag_reg: float = 0.0
-    diag_reg_absolute_scale: bool = False
+    reg: float = 0.0
+    relative: bool = True
     name: str = "k_train_train"
+    reg_name: str = "ridge"
 
     def __post_init__(self) -> None:
         check_symmetric(self.name, self.kernel)
@@ -90,7 +96,7 @@ class TrainKernel:
     @cached_property
     def ridge(self) -> float:
         """:math:`\\rho`, the absolute value added to the diagonal."""
-        return ridge_value(self.kernel, self.diag_reg, self.diag_reg_absolute_scale)
+        return ridge_value(self.kernel, self.reg, self.relative, self.reg_name)
 
     @cached_property
     def regularized(self) -> Tensor:

@@ -264,9 +264,9 @@ def network_test_mse(
             x32[:, :n_fit],
             y[:, :n_fit, None].float(),
             learning_rate=config.learning_rate,
-            steps=config.steps,
+            t=config.steps,
             x_test=inputs,
-            record_steps=record,
+            record_t=record,
         )
     assert run.test_outputs is not None
     out = run.test_outputs[..., 0].double()  # shape: (T, M, n_val + n_test)

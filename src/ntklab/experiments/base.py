@@ -50,6 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
+from .._repr import short_repr
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -209,6 +211,7 @@ class Metric:
         return math.isfinite(self.value)
 
 
+@short_repr
 @dataclass(frozen=True)
 class Outcome:
     """What an experiment's run function returns.
@@ -324,6 +327,7 @@ def metrics_from_values(values: Mapping[str, float | tuple[float, float, float]]
     return metrics_by_name(out)
 
 
+@short_repr
 @dataclass(frozen=True)
 class Measurement:
     """What an experiment's ``measure`` step returns: figures, arrays, remarks.

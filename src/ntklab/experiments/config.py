@@ -217,10 +217,13 @@ def generic_rules(config_type: type[ExperimentConfig], key: str) -> tuple[str, .
 
     Examples
     --------
-    >>> from ntklab.experiments.testing import FakeConfig
-    >>> generic_rules(FakeConfig, "widths"), generic_rules(FakeConfig, "scale_factor")
+    >>> from ntklab.experiments.base import ExperimentConfig
+    >>> class Sizes(ExperimentConfig):
+    ...     widths: tuple[int, ...] = (4, 8)
+    ...     scale_factor: float = 1.0
+    >>> generic_rules(Sizes, "widths"), generic_rules(Sizes, "scale_factor")
     (('non-empty',), ('finite',))
-    >>> generic_rules(FakeConfig, "seed")
+    >>> generic_rules(Sizes, "seed")
     ('>= 0',)
     """
     annotation = _field_annotation(config_type, key)
@@ -240,10 +243,12 @@ def describe_field(config_type: type[ExperimentConfig], key: str) -> str:
 
     Examples
     --------
-    >>> from ntklab.experiments.testing import FakeConfig
-    >>> describe_field(FakeConfig, "widths")
+    >>> from ntklab.experiments.base import ExperimentConfig
+    >>> class Sizes(ExperimentConfig):
+    ...     widths: tuple[int, ...] = (4, 8)
+    >>> describe_field(Sizes, "widths")
     'tuple[int, ...], non-empty'
-    >>> describe_field(FakeConfig, "seed")
+    >>> describe_field(Sizes, "seed")
     'int >= 0'
     """
     text = describe_type(_field_annotation(config_type, key))
@@ -312,8 +317,10 @@ def config_fields(config_type: type[ExperimentConfig]) -> tuple[FieldSpec, ...]:
 
     Examples
     --------
-    >>> from ntklab.experiments.testing import FakeConfig
-    >>> spec = config_fields(FakeConfig)[0]
+    >>> from ntklab.experiments.base import ExperimentConfig
+    >>> class Sizes(ExperimentConfig):
+    ...     widths: tuple[int, ...] = (4, 8)
+    >>> spec = config_fields(Sizes)[0]
     >>> spec.key, spec.type, spec.constraints, spec.default
     ('seed', 'int', ('>= 0',), 0)
     """

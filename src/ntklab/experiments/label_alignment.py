@@ -59,6 +59,7 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from .. import kernels as nk
+from .._repr import short_repr
 from ..analysis import (
     AlignmentSlope,
     alignment_slope,
@@ -223,6 +224,7 @@ class LabelAlignmentConfig(ExperimentConfig):
         return self
 
 
+@short_repr
 @dataclass(frozen=True)
 class ImageData:
     """Images (NCHW), integer labels and centered one-hot targets of one split.
@@ -363,6 +365,7 @@ def network(
     return net
 
 
+@short_repr
 @dataclass(frozen=True)
 class AlignmentMeasurement:
     """What ``label-alignment`` measures on one network."""

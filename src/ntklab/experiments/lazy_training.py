@@ -39,6 +39,7 @@ import copy
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Annotated, Any, Literal
 
@@ -176,7 +177,7 @@ def _train(
     """Train in place; return (relative kernel change, final loss, diverged)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericalWarning)  # divergence is reported, not raised
-        run = train(net, x, y, learning_rate=lr, steps=steps, kernel_inputs=x)
+        run = train(net, x, y, learning_rate=lr, t=steps, kernel_inputs=x)
     drift = run.history.kernel_drift
     assert drift is not None
     if run.diverged:
@@ -184,9 +185,29 @@ def _train(
     return float(drift[-1]), float(run.history.train_loss[-1]), False
 
 
-def measure(config: LazyTrainingConfig, ctx: RunContext) -> Measurement:
-    """Kernel change and distance to the linearization in both parameterizations, per seed
-    and width, and their power laws in the width."""
+@dataclass(frozen=True)
+class _Runs:
+    """The data, the learning rate and the per-(seed, width) figures, arrays of shape
+    (seeds, widths)."""
+
+    x_train: Tensor
+    y: Tensor
+    x_test: Tensor
+    lr: float
+    eta_c: float
+    widths: np.ndarray
+    drift_ntk: np.ndarray
+    rmse: np.ndarray
+    drift_mup: np.ndarray
+    loss_ntk: np.ndarray
+    loss_mup: np.ndarray
+    eta_c_mup: np.ndarray
+    diverged: tuple[str, ...]
+
+
+def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
+    """Train every (seed, width) network in both parameterizations: the data, the learning
+    rate and the per-run figures (kernel change, distance to the linearization, losses)."""
     ndt = torch.float32 if config.net_dtype == "float32" else torch.float64
     gen = ctx.generator("data")
     n, d = config.n_train, config.dim
@@ -224,43 +245,37 @@ def measure(config: LazyTrainingConfig, ctx: RunContext) -> Measurement:
             ]
             done += 1
             ctx.progress(done / jobs, f"seed {s}, width {width}")
-
-    arrays: dict[str, np.ndarray] = {
-        "x_train": x_train.numpy(),
-        "y_train": y[:, 0].numpy(),
-        "x_test": x_test.numpy(),
-        "widths": widths,
-        "drift_ntk": drift_ntk,
-        "drift_mup": drift_mup,
-        "rmse": rmse,
-        "loss_ntk": loss_ntk,
-        "loss_mup": loss_mup,
-        "eta_c_mup": eta_c_mup,
-    }
-    if diverged:
-        note = "diverged: " + ", ".join(diverged)
-        failed = (Metric("diverged_runs", float(len(diverged)), predicted="0", note=note),)
-        return Measurement(metrics=failed, arrays=arrays, notes=(note,))
-
-    def fit(values: np.ndarray, stream: str) -> BootstrapPowerLawFit:
-        return fit_power_law_bootstrap(
-            widths, values, n_boot=config.n_boot, generator=ctx.generator(stream)
-        )
-
-    f_ntk, f_rmse, f_mup = (
-        fit(drift_ntk, "boot-ntk"),
-        fit(rmse, "boot-rmse"),
-        fit(drift_mup, "boot-mup"),
+    return _Runs(
+        x_train,
+        y,
+        x_test,
+        lr,
+        eta_c,
+        widths,
+        drift_ntk,
+        rmse,
+        drift_mup,
+        loss_ntk,
+        loss_mup,
+        eta_c_mup,
+        tuple(diverged),
     )
-    arrays |= {
-        "fit_drift_ntk": f_ntk.predict(widths),
-        "fit_rmse": f_rmse.predict(widths),
-        "fit_drift_mup": f_mup.predict(widths),
-    }
+
+
+def _metrics(
+    config: LazyTrainingConfig,
+    r: _Runs,
+    f_ntk: BootstrapPowerLawFit,
+    f_rmse: BootstrapPowerLawFit,
+    f_mup: BootstrapPowerLawFit,
+) -> tuple[Metric, ...]:
+    """The fitted slopes and the figures of the runs, as the report lists them."""
+    drift_ntk, rmse, drift_mup, lr, eta_c = r.drift_ntk, r.rmse, r.drift_mup, r.lr, r.eta_c
+    loss_ntk, loss_mup, eta_c_mup, y = r.loss_ntk, r.loss_mup, r.eta_c_mup, r.y
     to_one = abs(f_ntk.slope + 1.0)
     to_half = abs(f_ntk.slope + 0.5)
     mean_mup = drift_mup.mean(axis=0)
-    metrics = (
+    return (
         Metric(
             "ntk_kernel_change_slope",
             f_ntk.slope,
@@ -310,6 +325,48 @@ def measure(config: LazyTrainingConfig, ctx: RunContext) -> Measurement:
         Metric("final_loss_mup_max", float(loss_mup.max())),
         Metric("diverged_runs", 0.0, predicted="0"),
     )
+
+
+def measure(config: LazyTrainingConfig, ctx: RunContext) -> Measurement:
+    """Kernel change and distance to the linearization in both parameterizations, per seed
+    and width, and their power laws in the width."""
+    r = _runs(config, ctx)
+    x_train, y, x_test, widths, diverged = r.x_train, r.y, r.x_test, r.widths, r.diverged
+    drift_ntk, rmse, drift_mup = r.drift_ntk, r.rmse, r.drift_mup
+    loss_ntk, loss_mup, eta_c_mup = r.loss_ntk, r.loss_mup, r.eta_c_mup
+    arrays: dict[str, np.ndarray] = {
+        "x_train": x_train.numpy(),
+        "y_train": y[:, 0].numpy(),
+        "x_test": x_test.numpy(),
+        "widths": widths,
+        "drift_ntk": drift_ntk,
+        "drift_mup": drift_mup,
+        "rmse": rmse,
+        "loss_ntk": loss_ntk,
+        "loss_mup": loss_mup,
+        "eta_c_mup": eta_c_mup,
+    }
+    if diverged:
+        note = "diverged: " + ", ".join(diverged)
+        failed = (Metric("diverged_runs", float(len(diverged)), predicted="0", note=note),)
+        return Measurement(metrics=failed, arrays=arrays, notes=(note,))
+
+    def fit(values: np.ndarray, stream: str) -> BootstrapPowerLawFit:
+        return fit_power_law_bootstrap(
+            widths, values, n_boot=config.n_boot, generator=ctx.generator(stream)
+        )
+
+    f_ntk, f_rmse, f_mup = (
+        fit(drift_ntk, "boot-ntk"),
+        fit(rmse, "boot-rmse"),
+        fit(drift_mup, "boot-mup"),
+    )
+    arrays |= {
+        "fit_drift_ntk": f_ntk.predict(widths),
+        "fit_rmse": f_rmse.predict(widths),
+        "fit_drift_mup": f_mup.predict(widths),
+    }
+    metrics = _metrics(config, r, f_ntk, f_rmse, f_mup)
     return Measurement(
         metrics=metrics,
         arrays=arrays,

@@ -192,7 +192,7 @@ def function_distances(
             generator=gen,
             dtype=dtype,
         )
-        run = train_ensemble(nets, x, y, learning_rate=lr, steps=steps, x_test=x_test)
+        run = train_ensemble(nets, x, y, learning_rate=lr, t=steps, x_test=x_test)
         assert run.test_outputs is not None
         final = run.test_outputs[-1]  # shape: (n_seeds, n_test, 1)
         out[:, j] = (final - reference).square().mean(dim=(1, 2)).numpy()

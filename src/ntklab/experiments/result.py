@@ -33,6 +33,7 @@ from typing import Any, Literal, cast
 
 from ntklab.errors import NtklabValueError
 
+from .._repr import short_repr
 from .base import Metric
 from .config import package_version
 
@@ -136,6 +137,7 @@ def metric_from_dict(data: Mapping[str, Any], where: str) -> Metric:
     )
 
 
+@short_repr
 @dataclass(frozen=True)
 class RunResult:
     """One run of one experiment, as recorded in its ``result.json``.

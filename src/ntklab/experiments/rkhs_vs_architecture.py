@@ -81,6 +81,7 @@ import torch
 from matplotlib.figure import Figure
 from pydantic import Field, model_validator
 
+from .._repr import short_repr
 from ..analysis import fit_exponential_rate, fit_power_law
 from ..data import TentMap, TentMapS1, random_trig_polynomial
 from ..errors import NtklabValueError
@@ -251,6 +252,7 @@ def equivalence_constants(mu: np.ndarray, cutoffs: tuple[int, ...]) -> tuple[np.
     return r, c_min, c_max
 
 
+@short_repr
 @dataclass(frozen=True)
 class ResolvedSpectrum:
     """FFT eigenvalues with their round-off floor and the :math:`C k^{-2}` tail model
@@ -395,129 +397,12 @@ def _listed(values: tuple[int, ...]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def measure(config: RkhsVsArchitectureConfig, ctx: RunContext) -> Measurement:
-    """Equivalence constants, random polynomials, tent-map norms and the width-2 networks."""
+def _tent_networks(
+    config: RkhsVsArchitectureConfig,
+) -> tuple[list[Metric], dict[str, np.ndarray]]:
+    """The network side: Telgarsky's width-2 networks against the tent maps (error, peaks,
+    parameter count linear in the depth, path norm)."""
     dtype = torch.float64
-    metrics: list[Metric] = []
-    notes: list[str] = []
-    arrays: dict[str, np.ndarray] = {}
-    gen = ctx.generator("polynomials")
-    cut = np.array(config.cutoffs, dtype=np.float64)
-    fit_mask = cut >= config.slope_from
-    slopes: list[float] = []
-    excess: list[float] = []
-    growth: list[float] = []
-    zero_depths = 0
-    k_small = max(config.cutoffs)
-    jobs = len(config.depths) + 1
-    for i, depth in enumerate(config.depths):
-        arch = relu_network(depth, config.w_std, config.b_std)
-        profile = profile_from_architecture(arch, 2, "ntk")
-        with torch.no_grad():
-            mu = circle_eigenvalues(profile, config.k_max, grid=config.grid, dtype=dtype)
-            ends = profile(torch.tensor([1.0, -1.0], dtype=dtype))
-        mu_np = mu.numpy()
-        spectrum = resolve_spectrum(mu_np, grid=config.grid, profile_max=float(ends.abs().max()))
-        arrays[f"ntk_eigenvalues_depth{depth}"] = mu_np[: k_small + 1]
-        # (a) H^1 equivalence constants, and the L^2 ones for contrast; mu_k at or below the
-        # round-off floor count as zero
-        mu_a = np.where(mu_np[: k_small + 1] > spectrum.floor, mu_np[: k_small + 1], 0.0)
-        _, c_min, c_max = equivalence_constants(mu_a, config.cutoffs)
-        arrays[f"c_min_depth{depth}"], arrays[f"c_max_depth{depth}"] = c_min, c_max
-        tag = f"depth={depth}"
-        if not np.all(np.isfinite(c_max)):
-            first = int(np.argmax(mu_a <= 0))
-            notes.append(
-                f"{tag}: a zero eigenvalue below the cut-off (first at k = {first}, mu_k = "
-                f"{mu_np[first]:.2g} <= {spectrum.floor:.2g}), H^1 not in the RKHS"
-            )
-            zero_depths += 1
-            continue
-        s_min = fit_power_law(cut[fit_mask], c_min[fit_mask])
-        s_max = fit_power_law(cut[fit_mask], c_max[fit_mask])
-        k = np.arange(k_small + 1, dtype=np.float64)
-        l2_ratio = 1.0 / mu_np[1 : k_small + 1]
-        s_l2 = fit_power_law(k[config.slope_from :], l2_ratio[config.slope_from - 1 :])
-        slopes += [s_min.slope, s_max.slope]
-        pred = f"[-{SLOPE_TOL}, {SLOPE_TOL}]"
-        metrics += [
-            Metric(f"c_min_slope[{tag}]", s_min.slope, s_min.ci_low, s_min.ci_high, pred),
-            Metric(f"c_max_slope[{tag}]", s_max.slope, s_max.ci_low, s_max.ci_high, pred),
-            Metric(
-                f"c_min[{tag},K={config.cutoffs[-1]}]",
-                c_min[-1],
-                note=f"max {c_max[-1]:.4g}: ||f||_H^2 / ||f||_H1^2 in [c_min, c_max]",
-            ),
-            Metric(
-                f"l2_ratio_slope[{tag}]",
-                s_l2.slope,
-                s_l2.ci_low,
-                s_l2.ci_high,
-                predicted="2 (contrast: RKHS vs L^2 grows as k^2)",
-            ),
-        ]
-        # random polynomials of each cut-off fall inside [c_min, c_max]
-        ratios = np.empty((len(config.cutoffs), config.random_polynomials))
-        rtol = spectrum.floor / float(np.abs(mu_np[: k_small + 1]).max())  # < 1: all resolved here
-        for j, c in enumerate(config.cutoffs):
-            for m in range(config.random_polynomials):
-                f = random_trig_polynomial(c, generator=gen)
-                table = f.fourier_coefficients()
-                norm = rkhs_norm_squared(table, mu[: c + 1], rtol=rtol)
-                ratios[j, m] = float(norm) / float(sobolev_norm_squared(table, 1.0))
-        arrays[f"random_ratios_depth{depth}"] = ratios
-        excess.append(
-            float(np.max(np.maximum(1 - ratios / c_min[:, None], ratios / c_max[:, None] - 1)))
-        )
-        # (b) RKHS norm of the tent map, from the resolved frequencies and the C k^-2 tail
-        rkhs, h1, tail_share = tent_rkhs_norms(spectrum, config.tent_depths)
-        arrays[f"tent_rkhs_norm_sq_depth{depth}"] = rkhs
-        arrays[f"tent_tail_share_depth{depth}"] = tail_share
-        levels = np.array(config.tent_depths, dtype=np.float64)
-        metrics += [
-            Metric(
-                f"resolved_k[{tag}]",
-                float(spectrum.k_resolved),
-                note=f"largest resolved frequency (of k_max = {config.k_max}); {spectrum.note}",
-            ),
-            Metric(
-                f"tail_share_max[{tag}]",
-                float(np.max(tail_share)) if np.all(np.isfinite(rkhs)) else math.nan,
-                note="largest share of ||s_L||_H^2 from frequencies above resolved_k "
-                "(asymptote C k^-2); 0: every frequency resolved",
-            ),
-        ]
-        if not np.all(np.isfinite(rkhs)):
-            lost = [int(lv) for lv, v in zip(levels, rkhs, strict=True) if not math.isfinite(v)]
-            first = int(np.argmax(spectrum.vanishing))
-            notes.append(
-                f"{tag}: s_L for L = {_listed(tuple(lost))} not in the RKHS (mu_k vanishes, "
-                f"first at k = {first}); counted as a zero-eigenvalue depth and left out of "
-                "the growth fit"
-            )
-            zero_depths += 1
-            continue
-        sel = levels >= config.growth_from
-        fit = fit_exponential_rate(levels[sel], rkhs[sel])
-        factor = math.exp(-fit.rate)
-        growth.append(factor)
-        steps = rkhs[sel][1:] / rkhs[sel][:-1]
-        metrics.append(
-            Metric(
-                f"rkhs_growth_per_level[{tag}]",
-                factor,
-                math.exp(-fit.ci_high),
-                math.exp(-fit.ci_low),
-                predicted=f"[{GROWTH_RANGE[0]}, {GROWTH_RANGE[1]}] (4: s_L has frequency "
-                "2^(L-1) and mu_k ~ k^-2)",
-                note=f"fit over L={int(levels[sel][0])}..{int(levels[sel][-1])}; per level "
-                f"{steps.min():.3f}..{steps.max():.3f}; ||s_L||_H^2 / ||s_L||_H1^2 = "
-                f"{(rkhs / h1).min():.3g}..{(rkhs / h1).max():.3g}",
-            )
-        )
-        ctx.progress((i + 1) / jobs, f"NTK depth {depth}: growth per level {factor:.3f}")
-
-    # the network side
     net_err, peaks, counts, paths = [], [], [], []
     x = torch.linspace(0.0, 1.0, config.net_grid + 1, dtype=dtype)
     for depth in config.tent_depths:
@@ -535,16 +420,14 @@ def measure(config: RkhsVsArchitectureConfig, ctx: RunContext) -> Measurement:
     count_fit = np.polyfit(levels, np.array(counts, dtype=np.float64), 1)
     residual = float(np.max(np.abs(np.polyval(count_fit, levels) - np.array(counts))))
     peak_error = max(abs(p - 2 ** (d - 1)) for p, d in zip(peaks, config.tent_depths, strict=True))
-    arrays.update(
-        {
-            "tent_depths": levels,
-            "net_max_error": np.array(net_err),
-            "net_peaks": np.array(peaks),
-            "net_parameter_count": np.array(counts),
-            "net_path_norm": np.array(paths),
-        }
-    )
-    metrics += [
+    arrays = {
+        "tent_depths": levels,
+        "net_max_error": np.array(net_err),
+        "net_peaks": np.array(peaks),
+        "net_parameter_count": np.array(counts),
+        "net_path_norm": np.array(paths),
+    }
+    metrics = [
         Metric("net_max_error", max(net_err), predicted=f"<= {NET_TOL:g}", note="vs TentMap"),
         Metric(
             "net_peak_count_error",
@@ -566,6 +449,173 @@ def measure(config: RkhsVsArchitectureConfig, ctx: RunContext) -> Measurement:
             note="max |parameter count - straight-line fit in L|",
         ),
     ]
+    return metrics, arrays
+
+
+def _random_ratios(
+    config: RkhsVsArchitectureConfig, mu: torch.Tensor, rtol: float, gen: torch.Generator
+) -> np.ndarray:
+    """:math:`\\|f\\|_H^2 / \\|f\\|_{H^1}^2` of random polynomials, shape (cut-offs, draws)."""
+    ratios = np.empty((len(config.cutoffs), config.random_polynomials))
+    for j, c in enumerate(config.cutoffs):
+        for m in range(config.random_polynomials):
+            f = random_trig_polynomial(c, generator=gen)
+            table = f.fourier_coefficients()
+            norm = rkhs_norm_squared(table, mu[: c + 1], rtol=rtol)
+            ratios[j, m] = float(norm) / float(sobolev_norm_squared(table, 1.0))
+    return ratios
+
+
+@dataclass(frozen=True)
+class _Depth:
+    """What one NTK depth contributes: its metrics, notes and arrays, its two equivalence
+    slopes, the random polynomials' excess and the tent maps' growth per level (None when
+    not reached), and whether a zero eigenvalue stopped it."""
+
+    metrics: list[Metric]
+    notes: list[str]
+    arrays: dict[str, np.ndarray]
+    slopes: list[float]
+    excess: float | None
+    growth: float | None
+    zero: bool
+
+
+def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generator) -> _Depth:
+    """(a) the H^1 equivalence constants and random polynomials, (b) the tent maps' RKHS
+    norms, for the ReLU NTK of one depth."""
+    dtype = torch.float64
+    cut = np.array(config.cutoffs, dtype=np.float64)
+    fit_mask = cut >= config.slope_from
+    k_small = max(config.cutoffs)
+    metrics: list[Metric] = []
+    notes: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    slopes: list[float] = []
+    arch = relu_network(depth, config.w_std, config.b_std)
+    arch = relu_network(depth, config.w_std, config.b_std)
+    profile = profile_from_architecture(arch, 2, "ntk")
+    with torch.no_grad():
+        mu = circle_eigenvalues(profile, config.k_max, grid=config.grid, dtype=dtype)
+        ends = profile(torch.tensor([1.0, -1.0], dtype=dtype))
+    mu_np = mu.numpy()
+    spectrum = resolve_spectrum(mu_np, grid=config.grid, profile_max=float(ends.abs().max()))
+    arrays[f"ntk_eigenvalues_depth{depth}"] = mu_np[: k_small + 1]
+    # (a) H^1 equivalence constants, and the L^2 ones for contrast; mu_k at or below the
+    # round-off floor count as zero
+    mu_a = np.where(mu_np[: k_small + 1] > spectrum.floor, mu_np[: k_small + 1], 0.0)
+    _, c_min, c_max = equivalence_constants(mu_a, config.cutoffs)
+    arrays[f"c_min_depth{depth}"], arrays[f"c_max_depth{depth}"] = c_min, c_max
+    tag = f"depth={depth}"
+    if not np.all(np.isfinite(c_max)):
+        first = int(np.argmax(mu_a <= 0))
+        notes.append(
+            f"{tag}: a zero eigenvalue below the cut-off (first at k = {first}, mu_k = "
+            f"{mu_np[first]:.2g} <= {spectrum.floor:.2g}), H^1 not in the RKHS"
+        )
+        return _Depth(metrics, notes, arrays, slopes, None, None, zero=True)
+    s_min = fit_power_law(cut[fit_mask], c_min[fit_mask])
+    s_max = fit_power_law(cut[fit_mask], c_max[fit_mask])
+    k = np.arange(k_small + 1, dtype=np.float64)
+    l2_ratio = 1.0 / mu_np[1 : k_small + 1]
+    s_l2 = fit_power_law(k[config.slope_from :], l2_ratio[config.slope_from - 1 :])
+    slopes = [s_min.slope, s_max.slope]
+    pred = f"[-{SLOPE_TOL}, {SLOPE_TOL}]"
+    metrics += [
+        Metric(f"c_min_slope[{tag}]", s_min.slope, s_min.ci_low, s_min.ci_high, pred),
+        Metric(f"c_max_slope[{tag}]", s_max.slope, s_max.ci_low, s_max.ci_high, pred),
+        Metric(
+            f"c_min[{tag},K={config.cutoffs[-1]}]",
+            c_min[-1],
+            note=f"max {c_max[-1]:.4g}: ||f||_H^2 / ||f||_H1^2 in [c_min, c_max]",
+        ),
+        Metric(
+            f"l2_ratio_slope[{tag}]",
+            s_l2.slope,
+            s_l2.ci_low,
+            s_l2.ci_high,
+            predicted="2 (contrast: RKHS vs L^2 grows as k^2)",
+        ),
+    ]
+    # random polynomials of each cut-off fall inside [c_min, c_max]
+    rtol = spectrum.floor / float(np.abs(mu_np[: k_small + 1]).max())  # < 1: all resolved here
+    ratios = _random_ratios(config, mu, rtol, gen)
+    arrays[f"random_ratios_depth{depth}"] = ratios
+    excess = float(np.max(np.maximum(1 - ratios / c_min[:, None], ratios / c_max[:, None] - 1)))
+    # (b) RKHS norm of the tent map, from the resolved frequencies and the C k^-2 tail
+    rkhs, h1, tail_share = tent_rkhs_norms(spectrum, config.tent_depths)
+    arrays[f"tent_rkhs_norm_sq_depth{depth}"] = rkhs
+    arrays[f"tent_tail_share_depth{depth}"] = tail_share
+    levels = np.array(config.tent_depths, dtype=np.float64)
+    metrics += [
+        Metric(
+            f"resolved_k[{tag}]",
+            float(spectrum.k_resolved),
+            note=f"largest resolved frequency (of k_max = {config.k_max}); {spectrum.note}",
+        ),
+        Metric(
+            f"tail_share_max[{tag}]",
+            float(np.max(tail_share)) if np.all(np.isfinite(rkhs)) else math.nan,
+            note="largest share of ||s_L||_H^2 from frequencies above resolved_k "
+            "(asymptote C k^-2); 0: every frequency resolved",
+        ),
+    ]
+    if not np.all(np.isfinite(rkhs)):
+        lost = [int(lv) for lv, v in zip(levels, rkhs, strict=True) if not math.isfinite(v)]
+        first = int(np.argmax(spectrum.vanishing))
+        notes.append(
+            f"{tag}: s_L for L = {_listed(tuple(lost))} not in the RKHS (mu_k vanishes, "
+            f"first at k = {first}); counted as a zero-eigenvalue depth and left out of "
+            "the growth fit"
+        )
+        return _Depth(metrics, notes, arrays, slopes, excess, None, zero=True)
+    sel = levels >= config.growth_from
+    fit = fit_exponential_rate(levels[sel], rkhs[sel])
+    factor = math.exp(-fit.rate)
+    steps = rkhs[sel][1:] / rkhs[sel][:-1]
+    metrics.append(
+        Metric(
+            f"rkhs_growth_per_level[{tag}]",
+            factor,
+            math.exp(-fit.ci_high),
+            math.exp(-fit.ci_low),
+            predicted=f"[{GROWTH_RANGE[0]}, {GROWTH_RANGE[1]}] (4: s_L has frequency "
+            "2^(L-1) and mu_k ~ k^-2)",
+            note=f"fit over L={int(levels[sel][0])}..{int(levels[sel][-1])}; per level "
+            f"{steps.min():.3f}..{steps.max():.3f}; ||s_L||_H^2 / ||s_L||_H1^2 = "
+            f"{(rkhs / h1).min():.3g}..{(rkhs / h1).max():.3g}",
+        )
+    )
+    return _Depth(metrics, notes, arrays, slopes, excess, factor, zero=False)
+
+
+def measure(config: RkhsVsArchitectureConfig, ctx: RunContext) -> Measurement:
+    """Equivalence constants, random polynomials, tent-map norms and the width-2 networks."""
+    metrics: list[Metric] = []
+    notes: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    gen = ctx.generator("polynomials")
+    slopes: list[float] = []
+    excess: list[float] = []
+    growth: list[float] = []
+    zero_depths = 0
+    jobs = len(config.depths) + 1
+    for i, depth in enumerate(config.depths):
+        d = _one_depth(config, depth, gen)
+        metrics += d.metrics
+        notes += d.notes
+        arrays.update(d.arrays)
+        slopes += d.slopes
+        excess += [] if d.excess is None else [d.excess]
+        zero_depths += int(d.zero)
+        if d.growth is None:
+            continue
+        growth.append(d.growth)
+        ctx.progress((i + 1) / jobs, f"NTK depth {depth}: growth per level {d.growth:.3f}")
+
+    net_metrics, net_arrays = _tent_networks(config)
+    metrics += net_metrics
+    arrays.update(net_arrays)
     ctx.progress(1.0, "tent networks")
 
     metrics[:0] = [

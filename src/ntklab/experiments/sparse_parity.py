@@ -220,7 +220,7 @@ def network_test_mse(
             x,
             y[:, None],
             learning_rate=config.learning_rate,
-            steps=config.steps,
+            t=config.steps,
             loss=config.loss,
             batch_size=config.batch_size,
             weight_decay=config.weight_decay,

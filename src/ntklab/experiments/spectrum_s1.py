@@ -158,10 +158,10 @@ def relu_network(
 
 
 def spectrum(
-    arch: nk.Architecture, which: Literal["ntk", "nngp"], k_max: int, grid: int, dtype: torch.dtype
+    arch: nk.Architecture, get: Literal["ntk", "nngp"], k_max: int, grid: int, dtype: torch.dtype
 ) -> np.ndarray:
     """Eigenvalues ``mu_0..mu_kmax`` of the architecture's kernel on the unit circle."""
-    profile = profile_from_architecture(arch, 2, which)
+    profile = profile_from_architecture(arch, 2, get)
     with torch.no_grad():
         return circle_eigenvalues(profile, k_max, grid=grid, dtype=dtype).cpu().numpy()
 
@@ -206,20 +206,20 @@ def measure(config: SpectrumS1Config, ctx: RunContext) -> Measurement:
         for j, depth in enumerate(config.depths):
             arch = relu_network(depth, config.w_std, b_std)
             tag = _tag(depth, b_std)
-            for which, bounds in _KERNELS:
-                mu = spectrum(arch, which, config.k_max, config.grid, dtype)
-                arrays[f"{which}_depth{depth}_bias{i}"] = mu
+            for get, bounds in _KERNELS:
+                mu = spectrum(arch, get, config.k_max, config.grid, dtype)
+                arrays[f"{get}_depth{depth}_bias{i}"] = mu
                 ks, zeros = _nonzero(mu, config.k_min, config.k_max)
                 if zeros:
                     notes.append(
-                        f"{which} {tag}: {zeros} exact zeros in "
+                        f"{get} {tag}: {zeros} exact zeros in "
                         f"[{config.k_min}, {config.k_max}] excluded from the fit"
                     )
                 fit = fit_power_law(ks, np.abs(mu[ks]))
-                (ntk_slopes if which == "ntk" else nngp_slopes).append(fit.slope)
+                (ntk_slopes if get == "ntk" else nngp_slopes).append(fit.slope)
                 metrics.append(
                     Metric(
-                        f"{which}_slope[{tag}]",
+                        f"{get}_slope[{tag}]",
                         fit.slope,
                         fit.ci_low,
                         fit.ci_high,
@@ -227,7 +227,7 @@ def measure(config: SpectrumS1Config, ctx: RunContext) -> Measurement:
                         note=f"{len(ks)} eigenvalues",
                     )
                 )
-                if which == "ntk":
+                if get == "ntk":
                     constants[i, j] = fit.prefactor
                     metrics.append(
                         Metric(f"ntk_constant[{tag}]", fit.prefactor, predicted="grows with depth")

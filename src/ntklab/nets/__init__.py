@@ -4,8 +4,8 @@
   ``Architecture.to_torch`` builds (NTK, standard and muP parameterizations);
 - :class:`ScaledOutput` (lazy-training scale), :class:`AntisymmetricPair` (zero initial
   output): wrappers that ``to_torch(alpha=..., zero_output=True)`` applies;
-- :func:`train`: full-batch GD and minibatch SGD in gradient-flow time, logging losses, kernel
-  drift and weight movement;
+- :func:`train`: full-batch GD and minibatch SGD for ``t`` steps at ``learning_rate``, with its
+  options in a :class:`TrainOptions`, logging losses, kernel drift and weight movement;
 - :func:`ensemble`, :func:`train_ensemble`: many independent networks with batched weights,
   trained together (:func:`stack_modules` for any module, through ``torch.func``).
 """
@@ -35,6 +35,7 @@ from .training import (
     TrainingHistory,
     TrainingRecord,
     TrainingRun,
+    TrainOptions,
     data_loss,
     train,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "OptimizerFactory",
     "ResidualBlock",
     "ScaledOutput",
+    "TrainOptions",
     "TrainingHistory",
     "TrainingRecord",
     "TrainingRun",

@@ -27,9 +27,9 @@ Training is full-batch gradient descent on the squared loss of each member (the 
     \theta \leftarrow \theta - \eta \big(\nabla_\theta L / \alpha^2 + \lambda \theta\big),
 
 with :math:`\alpha` the lazy-training output scale (``to_torch(alpha=...)``, the loss being
-:math:`L(\alpha f)/\alpha^2`) and :math:`\lambda` the weight decay; :math:`k` steps of size
-:math:`\eta` reach gradient-flow time :math:`t = \eta k`. The members are independent, so
-the loop runs member chunk by member chunk, all steps on one chunk before the next.
+:math:`L(\alpha f)/\alpha^2`) and :math:`\lambda` the weight decay; time is neural-tangents'
+``t``, a number of steps of size :math:`\eta`, the flow time :math:`\eta t`. The members are
+independent, so the loop runs member chunk by member chunk, all steps on one chunk before the next.
 
 With ``zero_output=True`` each member is the antisymmetric pair
 :math:`f = (a - b)/\sqrt 2` of two halves of width ``width // 2``, ``b`` a copy of ``a`` at
@@ -50,12 +50,13 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_nonnegative, check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 from ..kernels import Architecture, Dense
 from ..kernels.activations import Activation, Elementwise, Erf, Identity, Relu
 from ..memory import resolve_max_memory
 from .modules import DenseLayer
-from .training import Normalization
+from .training import Normalization, check_steps
 from .wrappers import output_scale
 
 __all__ = [
@@ -77,6 +78,7 @@ _DEFAULT_CHUNK_ELEMENTS = 2**18  # activations per buffer and chunk: about 1 MiB
 # the batched representation
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleDense:
     """One Dense layer of an :class:`MLPEnsemble`: :math:`y = m_W\\, x W + m_b\\, b`.
@@ -96,9 +98,10 @@ class EnsembleDense:
     bias_multiplier: float
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class MLPEnsemble:
-    """``members`` independent networks of a Dense/activation architecture, batched.
+    """``n_samples`` independent networks of a Dense/activation architecture, batched.
 
     Build it with :func:`ensemble`; train it with :func:`train_ensemble`. Calling it maps
     inputs of shape (n, d) (shared by all members) or (M, n, d) (one batch per member) to
@@ -108,8 +111,8 @@ class MLPEnsemble:
     ----------
     layers : tuple of EnsembleDense and Activation
         The layers in order, Dense layers carrying the batched weights.
-    members : int
-        :math:`M`.
+    n_samples : int
+        :math:`M`, the number of networks.
     arch : Architecture
     width, out_features, in_features : int
     parameterization : str or None
@@ -120,7 +123,7 @@ class MLPEnsemble:
     """
 
     layers: tuple[EnsembleDense | Activation, ...]
-    members: int
+    n_samples: int
     arch: Architecture
     width: int
     out_features: int
@@ -159,7 +162,7 @@ class MLPEnsemble:
         -------
         Tensor of shape (M, n, k)
         """
-        shared = _check_ensemble_inputs("x", x, self.members, self.in_features, self.dtype)
+        shared = _check_ensemble_inputs("x", x, self.n_samples, self.in_features, self.dtype)
         with torch.no_grad():
             return self.alpha * _combine(_forward(self.layers, x, shared, self.copies), self.copies)
 
@@ -174,11 +177,10 @@ class MLPEnsemble:
             ``arch.to_torch(width, out_features, in_features=..., parameterization=...,
             alpha=..., zero_output=...)`` with member ``i``'s parameters copied in.
         """
-        if isinstance(i, bool) or not isinstance(i, int) or not -self.members <= i < self.members:
-            raise NtklabValueError(
-                f"i: expected an int in [-{self.members}, {self.members}), got {i!r}"
-            )
-        i %= self.members
+        m = self.n_samples
+        if isinstance(i, bool) or not isinstance(i, int) or not -m <= i < m:
+            raise NtklabValueError(f"i: expected an int in [-{m}, {m}), got {i!r}")
+        i %= m
         net = _build_template(self, device=self.device)
         layers = _dense_layers(net)
         count = len(self.dense)
@@ -195,12 +197,12 @@ class MLPEnsemble:
 
     def modules(self) -> list[nn.Module]:
         """All members as ``to_torch`` networks (for :func:`stack_modules` and checks)."""
-        return [self.member(i) for i in range(self.members)]
+        return [self.member(i) for i in range(self.n_samples)]
 
 
 def ensemble(
     arch: Architecture,
-    members: int,
+    n_samples: int,
     width: int = 1024,
     out_features: int = 1,
     *,
@@ -212,7 +214,7 @@ def ensemble(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> MLPEnsemble:
-    """Draw ``members`` independent networks of a Dense/activation architecture, batched.
+    """Draw ``n_samples`` independent networks of a Dense/activation architecture, batched.
 
     Each member has the distribution of ``arch.to_torch(width, out_features, in_features=...,
     parameterization=..., alpha=..., zero_output=...)``: the same multipliers and
@@ -223,8 +225,9 @@ def ensemble(
     ----------
     arch : Architecture
         Dense layers and activations only (an MLP of any depth).
-    members : int
-        :math:`M \\ge 1`.
+    n_samples : int
+        :math:`M \\ge 1`, the number of networks (``n_samples`` as in
+        :func:`ntklab.empirical.monte_carlo_kernel`).
     width, out_features : int
         As in ``to_torch``.
     in_features : int
@@ -250,7 +253,7 @@ def ensemble(
     """
     if not isinstance(arch, Architecture):
         raise NtklabTypeError(f"arch: expected an ntklab Architecture, got {type(arch).__name__}")
-    members = check_positive_int("members", members)
+    members = check_positive_int("n_samples", n_samples)
     check_positive_int("in_features", in_features)
     if dtype not in (torch.float32, torch.float64):
         raise NtklabTypeError(f"dtype: expected torch.float32 or torch.float64, got {dtype}")
@@ -666,6 +669,7 @@ def _autograd_step(
 # the generic path
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class ModuleEnsemble:
     """Any modules of identical structure, stacked for ``torch.func.vmap``.
@@ -679,13 +683,14 @@ class ModuleEnsemble:
     buffers : dict of str to Tensor
     template : nn.Module
         A copy of the first module (structure and device).
-    members : int
+    n_samples : int
+        :math:`M`, the number of modules.
     """
 
     params: dict[str, Tensor]
     buffers: dict[str, Tensor]
     template: nn.Module
-    members: int
+    n_samples: int
 
     @property
     def dtype(self) -> torch.dtype:
@@ -697,7 +702,7 @@ class ModuleEnsemble:
 
     def forward(self, x: Tensor) -> Tensor:
         """Outputs (M, n, k) for shared inputs (n, d) or per-member inputs (M, n, d)."""
-        shared = _check_ensemble_inputs("x", x, self.members, None, self.dtype)
+        shared = _check_ensemble_inputs("x", x, self.n_samples, None, self.dtype)
         with torch.no_grad():
             fn = torch.func.vmap(self._call, in_dims=(0, 0, None if shared else 0))
             out: Tensor = fn(self.params, self.buffers, x)
@@ -707,10 +712,9 @@ class ModuleEnsemble:
 
     def member(self, i: int) -> nn.Module:
         """Member ``i`` as an ordinary module (a copy of the template with its parameters)."""
-        if isinstance(i, bool) or not isinstance(i, int) or not -self.members <= i < self.members:
-            raise NtklabValueError(
-                f"i: expected an int in [-{self.members}, {self.members}), got {i!r}"
-            )
+        m = self.n_samples
+        if isinstance(i, bool) or not isinstance(i, int) or not -m <= i < m:
+            raise NtklabValueError(f"i: expected an int in [-{m}, {m}), got {i!r}")
         net = copy.deepcopy(self.template)
         with torch.no_grad():
             for name, p in net.named_parameters():
@@ -758,6 +762,7 @@ def stack_modules(modules: Sequence[nn.Module]) -> ModuleEnsemble:
 # the trainer
 
 
+@short_repr
 @dataclass(frozen=True, eq=False)
 class EnsembleTraining:
     """Result of :func:`train_ensemble`.
@@ -767,9 +772,9 @@ class EnsembleTraining:
     ensemble : MLPEnsemble or ModuleEnsemble
         The trained members (the input ensemble is left unchanged).
     steps : Tensor of shape (T,), int64
-        The recorded steps (0 and the last included unless other steps were asked for).
-    times : Tensor of shape (T,), float64
-        Gradient-flow times ``learning_rate * steps``.
+        The recorded times ``t`` in steps (0 and the last unless ``record_t`` was given).
+    flow_times : Tensor of shape (T,), float64
+        Continuous gradient-flow times ``learning_rate * steps``.
     train_losses : Tensor of shape (T, M)
         Each member's data loss :math:`L(\\alpha f)` at the recorded steps (as
         :func:`ntklab.nets.train` logs it: without the weight-decay term and the
@@ -781,7 +786,7 @@ class EnsembleTraining:
 
     ensemble: MLPEnsemble | ModuleEnsemble
     steps: Tensor
-    times: Tensor
+    flow_times: Tensor
     train_losses: Tensor
     test_outputs: Tensor | None
     learning_rate: float
@@ -793,13 +798,11 @@ def train_ensemble(
     y: Tensor,
     *,
     learning_rate: float,
-    steps: int | None = None,
-    time: float | None = None,
+    t: int,
     normalization: Normalization = "mean",
     weight_decay: float = 0.0,
     x_test: Tensor | None = None,
-    record_steps: Sequence[int] | None = None,
-    record_times: Sequence[float] | None = None,
+    record_t: Sequence[int] | None = None,
     backward: Backward = "manual",
     chunk_size: int | None = None,
     max_memory: int | None = None,
@@ -813,7 +816,8 @@ def train_ensemble(
 
     :math:`c = 1/N` (``"mean"``, :math:`N` = one member's ``y.numel()``) or 1 (``"sum"``),
     which is what :func:`ntklab.nets.train` does to one network (plain SGD, full batch).
-    :math:`k` steps reach gradient-flow time :math:`t = \eta k`.
+    Time is neural-tangents' ``t``, as in :mod:`ntklab.dynamics`: ``t`` steps at
+    ``learning_rate``, the flow time :math:`\eta t`.
 
     Parameters
     ----------
@@ -824,17 +828,16 @@ def train_ensemble(
         Targets, shared or per member.
     learning_rate : float
         :math:`\eta > 0`.
-    steps, time
-        Exactly one: the number of steps, or the time (``round(time / learning_rate)`` steps).
+    t : int
+        Time in steps at ``learning_rate`` (the number of GD steps; a float with a whole value
+        is accepted): the flow time is ``learning_rate * t``.
     normalization : {"mean", "sum"}
     weight_decay : float
         :math:`\lambda \ge 0`.
     x_test : Tensor of shape (n_test, d) or (M, n_test, d), optional
         Inputs whose outputs are recorded.
-    record_steps : sequence of int, optional
-        Steps in [0, steps] at which to record (default: 0 and the last).
-    record_times : sequence of float, optional
-        Times to record, rounded to steps (instead of ``record_steps``).
+    record_t : sequence of int, optional
+        Times ``t`` (steps) in [0, t] at which to record (default: 0 and ``t``).
     backward : {"manual", "autograd"}
         :class:`MLPEnsemble` only: the closed-form backward pass (default, faster) or
         autograd. A :class:`ModuleEnsemble` always uses ``vmap(grad(functional_call))``.
@@ -863,7 +866,7 @@ def train_ensemble(
     >>> g = torch.Generator().manual_seed(0)
     >>> ens = ensemble(arch, 50, 32, in_features=2, generator=g, dtype=torch.float64)
     >>> x, y = torch.randn(4, 2, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
-    >>> run = train_ensemble(ens, x, y, learning_rate=0.1, time=1.0, x_test=x)
+    >>> run = train_ensemble(ens, x, y, learning_rate=0.1, t=10, x_test=x)
     >>> run.test_outputs.shape, run.train_losses.shape
     (torch.Size([2, 50, 4, 1]), torch.Size([2, 50]))
     """
@@ -871,7 +874,7 @@ def train_ensemble(
         raise NtklabTypeError(
             f"ens: expected an MLPEnsemble or ModuleEnsemble, got {type(ens).__name__}"
         )
-    members = ens.members
+    members = ens.n_samples
     d = ens.in_features if isinstance(ens, MLPEnsemble) else None
     shared_x = _check_ensemble_inputs("x", x, members, d, ens.dtype)
     n = x.shape[-2]
@@ -880,13 +883,13 @@ def train_ensemble(
     if x_test is not None:
         shared_t = _check_ensemble_inputs("x_test", x_test, members, x.shape[-1], ens.dtype)
     lr = _positive_float("learning_rate", learning_rate)
-    total = _resolve_steps(steps, time, lr)
+    total = check_steps("t", t)
     if normalization not in ("mean", "sum"):
         raise NtklabValueError(f"normalization: expected 'mean' or 'sum', got {normalization!r}")
     check_nonnegative("weight_decay", weight_decay)
     if backward not in ("manual", "autograd"):
         raise NtklabValueError(f"backward: expected 'manual' or 'autograd', got {backward!r}")
-    record = _resolve_record(record_steps, record_times, total, lr)
+    record = _resolve_record(record_t, total)
     if chunk_size is not None:
         check_positive_int("chunk_size", chunk_size)
     budget = resolve_max_memory(max_memory, x.device)
@@ -910,7 +913,7 @@ def train_ensemble(
     return EnsembleTraining(
         ensemble=trained,
         steps=rec,
-        times=rec.to(torch.float64) * lr,
+        flow_times=rec.to(torch.float64) * lr,
         train_losses=losses,
         test_outputs=outputs,
         learning_rate=lr,
@@ -949,7 +952,7 @@ def _train_mlp(
     chunk_size: int | None,
     max_memory: int,
 ) -> tuple[MLPEnsemble, Tensor, Tensor | None]:
-    members, copies = ens.members, ens.copies
+    members, copies = ens.n_samples, ens.copies
     trained_layers: list[EnsembleDense | Activation] = []
     for layer in ens.layers:
         if isinstance(layer, EnsembleDense):
@@ -1021,7 +1024,7 @@ def _train_modules(
     record: list[int],
     chunk_size: int | None,
 ) -> tuple[ModuleEnsemble, Tensor, Tensor | None]:
-    members = ens.members
+    members = ens.n_samples
     alpha = output_scale(ens.template)
     coef = 0.5 * scale / alpha**2
 
@@ -1078,12 +1081,13 @@ def _check_ensemble_inputs(
         raise NtklabTypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.ndim not in (2, 3) or x.shape[-2] == 0:
         raise NtklabValueError(
-            f"{name}: expected shape (n, d) or (members={members}, n, d) with n >= 1, got "
+            f"{name}: expected shape (n, d) or (n_samples={members}, n, d) with n >= 1, got "
             f"{tuple(x.shape)}"
         )
     if x.ndim == 3 and x.shape[0] != members:
         raise NtklabValueError(
-            f"{name}: expected a leading dimension of members={members}, got shape {tuple(x.shape)}"
+            f"{name}: expected a leading dimension of n_samples={members}, got shape "
+            f"{tuple(x.shape)}"
         )
     if features is not None and x.shape[-1] != features:
         raise NtklabValueError(
@@ -1102,7 +1106,7 @@ def _check_targets(y: object, members: int, n: int, dtype: torch.dtype) -> bool:
         raise NtklabTypeError(f"y: expected a torch.Tensor, got {type(y).__name__}")
     if y.ndim not in (2, 3) or y.shape[-2] != n or (y.ndim == 3 and y.shape[0] != members):
         raise NtklabValueError(
-            f"y: expected shape (n={n}, k) or (members={members}, n={n}, k), got {tuple(y.shape)}"
+            f"y: expected shape (n={n}, k) or (n_samples={members}, n={n}, k), got {tuple(y.shape)}"
         )
     if y.dtype != dtype:
         raise NtklabTypeError(f"y: expected the ensemble's dtype {dtype}, got {y.dtype}")
@@ -1119,46 +1123,13 @@ def _positive_float(name: str, value: object) -> float:
     return float(value)
 
 
-def _resolve_steps(steps: int | None, time: float | None, lr: float) -> int:
-    if (steps is None) == (time is None):
-        raise NtklabValueError(
-            "steps, time: expected exactly one of them (time = learning_rate * steps), got "
-            f"steps={steps!r}, time={time!r}"
-        )
-    if steps is not None:
-        return check_positive_int("steps", steps)
-    count = round(_positive_float("time", time) / lr)
-    if count < 1:
-        raise NtklabValueError(
-            f"time: expected at least one step of size learning_rate={lr}, got time={time}"
-        )
-    return count
-
-
-def _resolve_record(
-    record_steps: Sequence[int] | None,
-    record_times: Sequence[float] | None,
-    total: int,
-    lr: float,
-) -> list[int]:
-    if record_steps is not None and record_times is not None:
-        raise NtklabValueError("record_steps, record_times: expected at most one of them, got both")
-    if record_times is not None:
-        steps: list[int] = []
-        for t in record_times:
-            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-                raise NtklabValueError(f"record_times: expected finite floats, got {t!r}")
-            steps.append(round(t / lr))
-    elif record_steps is not None:
-        steps = list(record_steps)
-    else:
+def _resolve_record(record_t: Sequence[int] | None, total: int) -> list[int]:
+    if record_t is None:
         return [0, total]
+    steps = list(record_t)
     for s in steps:
         if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= total:
-            raise NtklabValueError(
-                f"record_steps: expected ints in [0, steps={total}] (times in [0, "
-                f"{total * lr}]), got {s!r}"
-            )
+            raise NtklabValueError(f"record_t: expected ints in [0, t={total}], got {s!r}")
     if not steps:
-        raise NtklabValueError("record_steps: expected at least one step, got none")
+        raise NtklabValueError("record_t: expected at least one time, got none")
     return sorted(set(steps))

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from .modules import DenseLayer, ElementwiseActivation
 
@@ -97,6 +98,7 @@ def tent_network(
     return nn.Sequential(*layers)
 
 
+@short_repr
 @dataclass(frozen=True)
 class AffineMap:
     """One layer of a ReLU chain, :math:`z \\mapsto W z + b`, with multipliers applied.

@@ -121,9 +121,9 @@ def rerun_command(
 
     Examples
     --------
-    >>> from ntklab.experiments.testing import fake_experiment
-    >>> rerun_command(fake_experiment("fake-doc"), "paper", "runs", "results")
-    'ntklab run fake-doc --scale paper --out runs --commit-to results'
+    >>> from ntklab.experiments import get_experiment
+    >>> rerun_command(get_experiment("spectrum-s1"), "paper", "runs", "results")
+    'ntklab run spectrum-s1 --scale paper --out runs --commit-to results'
     """
     words = ["ntklab", "run", experiment.name, "--scale", scale, "--out", str(runs_root)]
     if result is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._repr import short_repr
 from ..errors import ConvergenceWarning, NtklabValueError
 
 __all__ = ["CGResult", "conjugate_gradient"]
@@ -22,6 +23,7 @@ __all__ = ["CGResult", "conjugate_gradient"]
 Apply = Callable[[Tensor], Tensor]
 
 
+@short_repr
 @dataclass(frozen=True)
 class CGResult:
     """The iterate and its diagnostics.

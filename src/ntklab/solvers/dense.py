@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError, NumericalWarning
 
 __all__ = [
@@ -38,6 +39,7 @@ _JITTER_START = 1e-10
 _JITTER_TRIES = 8
 
 
+@short_repr
 @dataclass(frozen=True)
 class Eigh:
     """Eigenpairs of a symmetric PSD matrix, :math:`A = V \\operatorname{diag}(\\lambda) V^T`.
@@ -73,6 +75,7 @@ class Eigh:
         return self.vectors @ (fn_values[..., :, None] * z)
 
 
+@short_repr
 @dataclass(frozen=True)
 class Cholesky:
     """Lower Cholesky factor of :math:`A + \\epsilon I` and the jitter :math:`\\epsilon` used."""

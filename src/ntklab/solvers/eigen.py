@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from .operator import KernelOperator, LinearOperator, as_operator
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["EigenPairs", "flow_predict", "top_eigenpairs"]
 
 
+@short_repr
 @dataclass(frozen=True)
 class EigenPairs:
     """Top-k eigenpairs :math:`K \\approx V \\operatorname{diag}(\\lambda) V^T`.
@@ -174,6 +176,8 @@ def flow_predict(
     eig : EigenPairs
     y : Tensor of shape (n,) or (n, c)
     t : float or Tensor of shape (T,)
+        Time(s) in steps at the schedule's ``learning_rate`` (the flow time is
+        ``learning_rate * t``), as in :mod:`ntklab.dynamics`.
     schedule : Schedule
     cross : KernelOperator of shape (n_test, n), optional
         ``train_operator.cross(x_test)`` for test predictions.

@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .._repr import short_repr
 from ..errors import NtklabValueError
 from ..memory import resolve_max_memory
 from .cg import CGResult, conjugate_gradient
@@ -88,6 +89,7 @@ def select_centres(
     raise NtklabValueError(f"centres: expected 'uniform' or 'rpcholesky', got {rule!r}")
 
 
+@short_repr
 @dataclass(frozen=True)
 class NystromFit:
     """Coefficients on the centres and the CG diagnostics.

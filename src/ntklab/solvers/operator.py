@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_inputs
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 
@@ -80,11 +81,11 @@ class ArchitectureKernel:
     ----------
     arch : Architecture or Layer
         Anything with ``kernel(x1, x2) -> Kernel``.
-    which : {"ntk", "nngp"}
+    get : {"ntk", "nngp"}
     """
 
     arch: object
-    which: Literal["ntk", "nngp"] = "ntk"
+    get: Literal["ntk", "nngp"] = "ntk"
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.arch, "kernel", None)):
@@ -92,12 +93,12 @@ class ArchitectureKernel:
                 "arch: expected an architecture with a kernel(x1, x2) method, got "
                 f"{type(self.arch).__name__}"
             )
-        if self.which not in ("ntk", "nngp"):
-            raise NtklabValueError(f"which: expected 'ntk' or 'nngp', got {self.which!r}")
+        if self.get not in ("ntk", "nngp"):
+            raise NtklabValueError(f"get: expected 'ntk' or 'nngp', got {self.get!r}")
 
     def __call__(self, x1: Tensor, x2: Tensor | None) -> Tensor:
         k = self.arch.kernel(x1, x2)  # type: ignore[attr-defined]
-        out: Tensor = k.ntk if self.which == "ntk" else k.nngp
+        out: Tensor = k.ntk if self.get == "ntk" else k.nngp
         return out
 
     def block_bytes(self, n1: int, n2: int, d: int, dtype: torch.dtype) -> int:
@@ -350,7 +351,7 @@ def kernel_operator(
     x1: Tensor,
     x2: Tensor | None = None,
     *,
-    which: Literal["ntk", "nngp"] = "ntk",
+    get: Literal["ntk", "nngp"] = "ntk",
     max_memory: int | None = None,
     block_dtype: torch.dtype | None = None,
 ) -> KernelOperator:
@@ -359,11 +360,11 @@ def kernel_operator(
     Parameters
     ----------
     kernel : Architecture, Layer or BlockKernel
-        An analytic architecture (its ``which`` kernel is used) or any :class:`BlockKernel`.
+        An analytic architecture (its ``get`` kernel is used) or any :class:`BlockKernel`.
     x1 : Tensor of shape (n1, d)
     x2 : Tensor of shape (n2, d), optional
         Default: the symmetric operator on ``x1``.
-    which : {"ntk", "nngp"}
+    get : {"ntk", "nngp"}
         For an architecture.
     max_memory : int, optional
         Bytes of scratch one tile may use. Default ``None``: the policy of
@@ -399,10 +400,11 @@ def kernel_operator(
     if callable(getattr(kernel, "block_bytes", None)) and callable(kernel):
         bk = kernel  # type: ignore[assignment]
     else:
-        bk = ArchitectureKernel(kernel, which)
+        bk = ArchitectureKernel(kernel, get)
     return KernelOperator(kernel=bk, x1=a, x2=b, max_memory=max_memory, block_dtype=block_dtype)
 
 
+@short_repr
 @dataclass(frozen=True)
 class DenseOperator:
     """A stored symmetric matrix behind the :class:`LinearOperator` interface."""

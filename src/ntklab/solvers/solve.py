@@ -27,12 +27,13 @@ import torch
 from torch import Tensor
 
 from .._checks import check_positive_int
+from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from .cg import conjugate_gradient
 from .dense import cholesky_with_jitter
 from .nystrom import CentreRule, falkon, select_centres
-from .operator import KernelOperator, as_operator, to_dense
+from .operator import KernelOperator, LinearOperator, as_operator, to_dense
 
 __all__ = ["Method", "SolveResult", "predict", "solve"]
 
@@ -40,6 +41,7 @@ Method = Literal["auto", "cholesky", "cg", "nystrom"]
 _METHODS = ("auto", "cholesky", "cg", "nystrom")
 
 
+@short_repr
 @dataclass(frozen=True)
 class SolveResult:
     """What :func:`solve` found.
@@ -159,12 +161,7 @@ def solve(
         raise NtklabValueError(f"method: expected one of {_METHODS}, got {method!r}")
     op = as_operator("operator", operator)
     n = op.shape[0]
-    if not isinstance(y, Tensor) or not y.is_floating_point():
-        raise NtklabTypeError(f"y: expected a floating torch.Tensor of shape ({n},) or ({n}, k)")
-    if y.ndim not in (1, 2) or y.shape[0] != n:
-        raise NtklabValueError(f"y: expected shape ({n},) or ({n}, k), got {tuple(y.shape)}")
-    if not bool(torch.isfinite(y).all()):
-        raise NtklabValueError("y: expected finite values, got NaN or inf")
+    _check_rhs(y, n)
     if preconditioner not in ("jacobi", "none"):
         raise NtklabValueError(
             f"preconditioner: expected 'jacobi' or 'none', got {preconditioner!r}"
@@ -182,58 +179,103 @@ def solve(
     y2 = (y[:, None] if vector else y).to(device=op.device)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-
-    def done(sol: Tensor, **kw: object) -> SolveResult:
-        timings["total"] = time.perf_counter() - start
-        out = sol.to(y.dtype)
-        return SolveResult(
-            solution=out[:, 0] if vector else out,
-            method=method,
-            timings=timings,
-            **kw,  # type: ignore[arg-type]
-        )
-
     if method == "cholesky":
-        k = to_dense(op).to(torch.float64, copy=True)  # never the caller's matrix
-        timings["kernel"] = time.perf_counter() - start
-        k.diagonal().add_(rho)
-        chol = cholesky_with_jitter(k, name="K + ridge I")
-        sol = chol.solve(y2.to(torch.float64))
-        timings["factor_solve"] = time.perf_counter() - start - timings["kernel"]
-        resid = torch.linalg.vector_norm(k @ sol - y2.to(torch.float64), dim=0) / (
-            torch.linalg.vector_norm(y2.to(torch.float64), dim=0).clamp_min(1e-300)
+        sol, extras = _solve_cholesky(op, y2, rho, timings, start)
+    elif method == "cg":
+        sol, extras = _solve_cg(op, y2, rho, preconditioner, tol, max_iter, timings, start)
+    else:
+        sol, extras = _solve_nystrom(
+            op, y2, rho, n_centres, centres, generator, budget, tol, max_iter, timings, start
         )
-        return done(sol, iterations=0, residuals=resid.max().reshape(1), jitter=chol.jitter)
-    if method == "cg":
+    timings["total"] = time.perf_counter() - start
+    out = sol.to(y.dtype)
+    return SolveResult(
+        solution=out[:, 0] if vector else out,
+        method=method,
+        timings=timings,
+        **extras,  # type: ignore[arg-type]
+    )
 
-        def apply(v: Tensor) -> Tensor:
-            return op.matmul(v.to(op.dtype)).to(torch.float64) + rho * v
 
-        pre = None
-        if preconditioner == "jacobi":
-            diag = op.diagonal().reshape(n).to(torch.float64) + rho
-            if bool((diag < 0).any()):
-                i = int(torch.argmin(diag))
-                raise NtklabValueError(
-                    f"operator: expected a positive semi-definite operator, got a negative "
-                    f"diagonal entry K_ii + ridge = {float(diag[i]):.3g} at i = {i}: the "
-                    "operator is not positive definite"
-                )
-            dinv = 1.0 / diag.clamp_min(1e-300)
+def _check_rhs(y: object, n: int) -> None:
+    """Refuse a right-hand side that is not a finite (n,) or (n, k) floating tensor."""
+    if not isinstance(y, Tensor) or not y.is_floating_point():
+        raise NtklabTypeError(f"y: expected a floating torch.Tensor of shape ({n},) or ({n}, k)")
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise NtklabValueError(f"y: expected shape ({n},) or ({n}, k), got {tuple(y.shape)}")
+    if not bool(torch.isfinite(y).all()):
+        raise NtklabValueError("y: expected finite values, got NaN or inf")
 
-            def pre(r: Tensor) -> Tensor:
-                return dinv[:, None] * r
 
-        res = conjugate_gradient(
-            apply, y2, precondition=pre, tol=tol, max_iter=max_iter or max(n, 10)
-        )
-        timings["iterations"] = time.perf_counter() - start
-        return done(
-            res.solution,
-            iterations=res.iterations,
-            residuals=res.residuals,
-            converged=res.converged,
-        )
+def _solve_cholesky(
+    op: LinearOperator, y2: Tensor, rho: float, timings: dict[str, float], start: float
+) -> tuple[Tensor, dict[str, object]]:
+    """The dense solve: :math:`K + \\rho I` formed in float64 and factorized with jitter."""
+    k = to_dense(op).to(torch.float64, copy=True)  # never the caller's matrix
+    timings["kernel"] = time.perf_counter() - start
+    k.diagonal().add_(rho)
+    chol = cholesky_with_jitter(k, name="K + ridge I")
+    rhs = y2.to(torch.float64)
+    sol = chol.solve(rhs)
+    timings["factor_solve"] = time.perf_counter() - start - timings["kernel"]
+    resid = torch.linalg.vector_norm(k @ sol - rhs, dim=0) / (
+        torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
+    )
+    return sol, {"iterations": 0, "residuals": resid.max().reshape(1), "jitter": chol.jitter}
+
+
+def _solve_cg(
+    op: LinearOperator,
+    y2: Tensor,
+    rho: float,
+    preconditioner: str,
+    tol: float,
+    max_iter: int | None,
+    timings: dict[str, float],
+    start: float,
+) -> tuple[Tensor, dict[str, object]]:
+    """Conjugate gradients on :math:`K + \\rho I`, Jacobi-preconditioned by default."""
+    n = op.shape[0]
+
+    def apply(v: Tensor) -> Tensor:
+        return op.matmul(v.to(op.dtype)).to(torch.float64) + rho * v
+
+    pre = None
+    if preconditioner == "jacobi":
+        diag = op.diagonal().reshape(n).to(torch.float64) + rho
+        if bool((diag < 0).any()):
+            i = int(torch.argmin(diag))
+            raise NtklabValueError(
+                f"operator: expected a positive semi-definite operator, got a negative "
+                f"diagonal entry K_ii + ridge = {float(diag[i]):.3g} at i = {i}: the "
+                "operator is not positive definite"
+            )
+        dinv = 1.0 / diag.clamp_min(1e-300)
+
+        def pre(r: Tensor) -> Tensor:
+            return dinv[:, None] * r
+
+    res = conjugate_gradient(apply, y2, precondition=pre, tol=tol, max_iter=max_iter or max(n, 10))
+    timings["iterations"] = time.perf_counter() - start
+    extras = {"iterations": res.iterations, "residuals": res.residuals}
+    return res.solution, {**extras, "converged": res.converged}
+
+
+def _solve_nystrom(
+    op: LinearOperator,
+    y2: Tensor,
+    rho: float,
+    n_centres: int | None,
+    centres: CentreRule,
+    generator: torch.Generator | None,
+    budget: int,
+    tol: float,
+    max_iter: int | None,
+    timings: dict[str, float],
+    start: float,
+) -> tuple[Tensor, dict[str, object]]:
+    """FALKON: Nystrom-preconditioned CG on ``n_centres`` centres."""
+    n = op.shape[0]
     m = n_centres if n_centres is not None else min(n, math.ceil(4 * math.sqrt(n)))
     check_positive_int("n_centres", m)
     if m > n:
@@ -242,13 +284,9 @@ def solve(
     timings["centres"] = time.perf_counter() - start
     fit = falkon(op, y2, rho, idx, max_memory=budget, tol=tol, max_iter=max_iter or 200)
     timings["iterations"] = time.perf_counter() - start - timings["centres"]
-    return done(
-        fit.coefficients,
-        iterations=fit.cg.iterations,
-        residuals=fit.cg.residuals,
-        converged=fit.cg.converged,
-        centres=idx,
-    )
+    cg = fit.cg
+    extras = {"iterations": cg.iterations, "residuals": cg.residuals, "converged": cg.converged}
+    return fit.coefficients, {**extras, "centres": idx}
 
 
 def predict(operator: KernelOperator, result: SolveResult, x: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Helpers for tests of experiments and of the code that runs them.
+"""Helpers for tests of experiments and of the code that runs them (not installed with the
+package; ``tests/`` is on ``sys.path`` through its ``conftest.py``).
 
 - :func:`registered` registers experiments for the duration of a ``with`` block and restores
   the registry afterwards (a test fixture's body);
@@ -19,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import registry as _registry
-from .base import (
+from ntklab.experiments import registry as _registry
+from ntklab.experiments.base import (
     Experiment,
     ExperimentConfig,
     Judgement,
@@ -30,9 +31,9 @@ from .base import (
     RunContext,
     metrics_by_name,
 )
-from .registry import get_experiment
-from .result import RunResult
-from .runner import run_experiment
+from ntklab.experiments.registry import get_experiment
+from ntklab.experiments.result import RunResult
+from ntklab.experiments.runner import run_experiment
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
