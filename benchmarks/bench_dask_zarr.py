@@ -1,6 +1,7 @@
 """Write an n x n NTK Gram matrix to zarr through Dask; report peak memory and throughput.
 
-Architecture: Dense(w_std=1.5, b_std=0.1) + Relu + Dense(w_std=1.5, b_std=0.1) + Relu + Dense(w_std=1.5, b_std=0.1), float32 inputs of
+Architecture: ``2 x [Dense(w_std=1.5, b_std=0.1), Relu] + Dense(w_std=1.5, b_std=0.1)``,
+float32 inputs of
 dimension d on the unit-variance Gaussian. The matrix is tiled in ``chunk x chunk`` tiles
 (:func:`ntklab.distributed.kernel_to_zarr`), computed by Dask's threaded scheduler with
 ``--threads`` threads (torch set to one thread each) and written to a zarr array on disk.

@@ -13,8 +13,8 @@ import torch
 from scipy import linalg as sla
 from scipy import stats
 
-from experiment_helpers import run_tiny
 import ntklab.experiments.sawtooth_samples as sawtooth
+from experiment_helpers import run_tiny
 from ntklab.data import TentMapS1, uniform_circle
 from ntklab.dynamics import select_ridge_validation
 from ntklab.errors import NtklabValueError, NumericalWarning

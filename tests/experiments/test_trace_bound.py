@@ -349,7 +349,9 @@ def test_train_until_drop_stops_where_the_spectral_formula_says() -> None:
     lam, vecs = kernel_eigh(x @ x.T)
     eta = 1.0 / float(lam[0])
     curve, t_star = train_until_drop(net, x, y, eta=eta, drop=10.0, max_steps=500, chunk=7)
-    formula = gd_loss_curve(lam, vecs, -y, torch.arange(501), eta=eta, normalization="sum")
+    formula = gd_loss_curve(
+        lam, vecs, -y, torch.arange(501), learning_rate=eta, normalization="sum"
+    )
     expected = int((formula <= formula[0] / 10).nonzero()[0])
     assert t_star == expected
     torch.testing.assert_close(curve, formula[: curve.shape[0]], rtol=1e-10, atol=0.0)

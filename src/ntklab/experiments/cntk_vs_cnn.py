@@ -359,7 +359,7 @@ def _train_cnn(
         xtr,
         targets,
         learning_rate=lr,
-        steps=config.cnn_steps,
+        t=config.cnn_steps,
         log_every=max(1, config.cnn_steps // 50),
     )
     with torch.no_grad():

@@ -288,10 +288,10 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
                 x.to(tdtype),
                 y.to(tdtype),
                 learning_rate=eta,
-                steps=max(steps),
+                t=max(steps),
                 normalization="sum",
                 x_test=x_test.to(tdtype),
-                record_steps=sorted(set(steps)),
+                record_t=sorted(set(steps)),
             )
             assert trained.test_outputs is not None
             recorded = trained.steps.tolist()

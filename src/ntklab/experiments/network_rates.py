@@ -350,7 +350,7 @@ def network_risks(
             generator=gen,
             dtype=ndtype,
         )
-        trained = train_ensemble(nets, x, yy, learning_rate=lr, steps=steps, x_test=q_points)
+        trained = train_ensemble(nets, x, yy, learning_rate=lr, t=steps, x_test=q_points)
         assert trained.test_outputs is not None
         risks["gd"][:, j] = _l2_risk(trained.test_outputs[-1][..., 0], q_target)
         sgd_lr = config.sgd_lr_factor * lr
@@ -364,7 +364,7 @@ def network_risks(
                 x[s],
                 yy[s],
                 learning_rate=sgd_lr,
-                steps=max(1, round(steps * lr / sgd_lr)),
+                t=max(1, round(steps * lr / sgd_lr)),
                 batch_size=min(config.sgd_batch, n),
                 generator=gen,
             )
@@ -383,7 +383,7 @@ def network_risks(
                     x[s],
                     yy[s],
                     learning_rate=step,
-                    steps=max(1, round(steps * lr / step)),
+                    t=max(1, round(steps * lr / step)),
                     batch_size=None if batch == 0 else min(batch, n),
                     generator=torch.Generator().set_state(order),
                 )

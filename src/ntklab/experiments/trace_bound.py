@@ -231,9 +231,11 @@ def linear_model_check(x: Tensor, y: Tensor, steps: int) -> tuple[float, Tensor,
         model.weight.zero_()
     lam, vecs = kernel_eigh(x64 @ x64.T)
     eta = 1.0 / float(lam[0])
-    run = train(model, x64, y64, learning_rate=eta, steps=steps, normalization="sum", log_every=1)
+    run = train(model, x64, y64, learning_rate=eta, t=steps, normalization="sum", log_every=1)
     actual = run.history.train_loss
-    formula = gd_loss_curve(lam, vecs, -y64, run.history.step, eta=eta, normalization="sum")
+    formula = gd_loss_curve(
+        lam, vecs, -y64, run.history.step, learning_rate=eta, normalization="sum"
+    )
     error = float(((actual - formula).abs() / formula).max())
     return error, actual, formula
 
@@ -248,7 +250,7 @@ def train_until_drop(
     losses: list[float] = []
     while len(losses) <= max_steps:
         steps = min(chunk, max_steps + 1 - len(losses)) if losses else min(chunk, max_steps)
-        run = train(net, x, y, learning_rate=eta, steps=steps, normalization="sum", log_every=1)
+        run = train(net, x, y, learning_rate=eta, t=steps, normalization="sum", log_every=1)
         new = run.history.train_loss.tolist()
         losses += new if not losses else new[1:]
         if run.diverged or min(losses) <= losses[0] / drop or steps == 0:
@@ -382,11 +384,11 @@ def measure(config: TraceBoundConfig, ctx: RunContext) -> Measurement:
         )
         l0 = float(curve[0])
         steps = torch.arange(curve.shape[0])
-        trace = trace_bound(lam, steps, eta=eta, loss0=l0, normalization="sum")
-        lmin = lambda_min_bound(lam, steps, eta=eta, loss0=l0, normalization="sum")
+        trace = trace_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
+        lmin = lambda_min_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
         r0 = f0 - data.targets  # shape: (n, k); flattened (i, a) -> i k + a for the full NTK
         r0 = r0.reshape(-1, 1) if config.kernel == "full" else r0
-        linear = gd_loss_curve(lam, vecs, r0, steps, eta=eta, normalization="sum")
+        linear = gd_loss_curve(lam, vecs, r0, steps, learning_rate=eta, normalization="sum")
         tag = _tag(name, init)
         if t_star is None:
             metrics.append(

@@ -49,7 +49,6 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from scipy.linalg import eigvalsh_tridiagonal
 from torch import Tensor
 
 from ntklab.errors import NtklabTypeError, NtklabValueError
@@ -363,6 +362,8 @@ def _gauss_jacobi(n: int, alpha: float) -> tuple[NDArray[np.float64], NDArray[np
     k = np.arange(1, n + 1, dtype=np.float64)
     # Jacobi matrix of the symmetric Jacobi weight: zero diagonal, off-diagonal b_k.
     b = np.sqrt(k * (k + 2 * alpha) / ((2 * k + 2 * alpha - 1) * (2 * k + 2 * alpha + 1)))
+    from scipy.linalg import eigvalsh_tridiagonal  # scipy.linalg costs 0.7 s to import
+
     nodes = eigvalsh_tridiagonal(np.zeros(n), b[: n - 1]) if n > 1 else np.zeros(1)
     p, dp, _ = _orthonormal_pass(nodes, b)
     nodes = nodes - p / dp
@@ -777,14 +778,14 @@ class KernelArchitecture(Protocol):
 class ArchitectureProfile:
     r"""The profile :math:`\kappa(t)` of an architecture's kernel on a sphere of given radius.
 
-    Calling it on cosines ``t`` returns ``arch.kernel(x(t), r e_1).<which>[:, 0]`` with
+    Calling it on cosines ``t`` returns ``arch.kernel(x(t), r e_1).<get>[:, 0]`` with
     :math:`x(t) = r\,(t e_1 + \sqrt{1 - t^2}\, e_2) \in \mathbb{R}^{d}`. Built by
     :func:`profile_from_architecture`.
     """
 
     arch: KernelArchitecture
     dim: int
-    which: Literal["ntk", "nngp"] = "ntk"
+    get: Literal["ntk", "nngp"] = "ntk"
     radius: float = 1.0
 
     def __call__(self, t: Tensor) -> Tensor:
@@ -798,11 +799,11 @@ class ArchitectureProfile:
         e1 = torch.zeros(1, self.dim, dtype=t.dtype, device=t.device)
         e1[0, 0] = self.radius
         kernel = self.arch.kernel(x, e1)
-        values = getattr(kernel, self.which)
+        values = getattr(kernel, self.get)
         if not isinstance(values, Tensor) or values.shape != (flat.shape[0], 1):
             got = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
             raise NtklabValueError(
-                f"arch: expected arch.kernel(x1, x2).{self.which} to be a tensor of shape "
+                f"arch: expected arch.kernel(x1, x2).{self.get} to be a tensor of shape "
                 f"(n1, n2) = ({flat.shape[0]}, 1), got {got}"
             )
         return values[:, 0].reshape(t.shape)
@@ -811,7 +812,7 @@ class ArchitectureProfile:
 def profile_from_architecture(
     arch: KernelArchitecture,
     dim: int,
-    which: Literal["ntk", "nngp"] = "ntk",
+    get: Literal["ntk", "nngp"] = "ntk",
     *,
     radius: float = 1.0,
 ) -> ArchitectureProfile:
@@ -835,7 +836,7 @@ def profile_from_architecture(
         ``.nngp`` and ``.ntk`` tensors of shape ``(n1, n2)``.
     dim : int
         Input dimension ``d >= 2``.
-    which : {"ntk", "nngp"}
+    get : {"ntk", "nngp"}
         Which kernel.
     radius : float
         Radius ``r > 0`` of the sphere.
@@ -848,8 +849,8 @@ def profile_from_architecture(
         :func:`sphere_eigenvalues`.
     """
     d = _check_dim(dim)
-    if which not in ("ntk", "nngp"):
-        raise NtklabValueError(f"which: expected 'ntk' or 'nngp', got {which!r}")
+    if get not in ("ntk", "nngp"):
+        raise NtklabValueError(f"get: expected 'ntk' or 'nngp', got {get!r}")
     if not callable(getattr(arch, "kernel", None)):
         raise NtklabTypeError(
             f"arch: expected an object with a kernel(x1, x2) method, got {type(arch).__name__}"
@@ -858,4 +859,4 @@ def profile_from_architecture(
         raise NtklabValueError(f"radius: expected a positive float, got {radius!r}")
     if not math.isfinite(radius):
         raise NtklabValueError(f"radius: expected a finite float, got {radius!r}")
-    return ArchitectureProfile(arch=arch, dim=d, which=which, radius=float(radius))
+    return ArchitectureProfile(arch=arch, dim=d, get=get, radius=float(radius))
