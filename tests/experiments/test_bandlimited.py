@@ -23,6 +23,7 @@ from ntklab.experiments import (
 )
 from ntklab.experiments.bandlimited import BandlimitedConfig, ntk_test_mse, ratio_name
 from ntklab.experiments.spectrum_s1 import relu_network
+from ntklab.nets import ensemble, train_ensemble
 
 # ---------------------------------------------------------------------------------------------
 # judge
@@ -206,7 +207,10 @@ def test_ntk_side_equals_direct_kernel_ridge_regression() -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(40, 3, generator=gen, dtype=torch.float64))
     xt = torch.nn.functional.normalize(torch.randn(30, 3, generator=gen, dtype=torch.float64))
-    f = lambda z: z[:, 0] * z[:, 1] + z[:, 2]  # noqa: E731
+
+    def f(z: torch.Tensor) -> torch.Tensor:
+        return z[:, 0] * z[:, 1] + z[:, 2]
+
     y = f(x)
     mse, depth, ridge = ntk_test_mse(config, x, y, xt, f(xt), 30)
     arch = relu_network(1, config.w_std, config.b_std)
@@ -218,6 +222,75 @@ def test_ntk_side_equals_direct_kernel_ridge_regression() -> None:
     expected = (pred - f(xt)).square().mean()
     torch.testing.assert_close(torch.tensor(mse, dtype=torch.float64), expected)
     assert depth == 1 and ridge == 1e-2
+
+
+def _one_run_network_test_mse(
+    config: BandlimitedConfig,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_test: torch.Tensor,
+    f_test: torch.Tensor,
+    n_fit: int,
+    gen: torch.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Early stopping by definition: one run that records the validation and the test
+    outputs at every recorded step; the test MSE at each member's smallest validation MSE."""
+    members, n, d = x.shape
+    arch = relu_network(1, config.w_std, config.b_std)
+    ens = ensemble(
+        arch,
+        members,
+        config.width,
+        in_features=d,
+        parameterization=config.parameterization,
+        generator=gen,
+        dtype=torch.float32,
+    )
+    record = sorted(set(range(0, config.steps + 1, config.record_every)) | {config.steps})
+    inputs = torch.cat([x[:, n_fit:], x_test], dim=1).float()
+    run = train_ensemble(
+        ens,
+        x[:, :n_fit].float(),
+        y[:, :n_fit, None].float(),
+        learning_rate=config.learning_rate,
+        t=config.steps,
+        x_test=inputs,
+        record_t=record,
+    )
+    assert run.test_outputs is not None
+    out = run.test_outputs[..., 0].double()  # shape: (T, M, n_val + n_test)
+    val = (out[:, :, : n - n_fit] - y[None, :, n_fit:]).square().mean(dim=-1)
+    test = (out[:, :, n - n_fit :] - f_test[None]).square().mean(dim=-1)
+    stop = val.argmin(dim=0)
+    return test[stop, torch.arange(members)].numpy(), np.asarray(record)[stop.numpy()]
+
+
+@pytest.mark.parametrize(
+    ("changes", "n"),
+    [
+        ({}, 32),  # the quick scale's first cell: members stop at different steps
+        ({"width": 32, "steps": 50, "record_every": 7, "learning_rate": 0.2}, 24),
+    ],
+)
+def test_network_side_equals_one_recorded_run(changes: dict[str, float], n: int) -> None:
+    """The segmented training with snapshots gives the outputs of one long recorded run."""
+    config = BandlimitedConfig.model_validate(changes)
+    n_fit = n - round(config.validation_fraction * n)
+    gen = torch.Generator().manual_seed(0)
+    data = [bl._data("circle", config, n, gen) for _ in range(3)]
+    x = torch.stack([d[0] for d in data])
+    y = torch.stack([d[1] + 0.1 * torch.randn(n, generator=gen, dtype=d[1].dtype) for d in data])
+    x_test, f_test = torch.stack([d[2] for d in data]), torch.stack([d[3] for d in data])
+    got, stops = bl.network_test_mse(
+        config, x, y, x_test, f_test, n_fit, torch.Generator().manual_seed(5)
+    )
+    expected, expected_stops = _one_run_network_test_mse(
+        config, x, y, x_test, f_test, n_fit, torch.Generator().manual_seed(5)
+    )
+    np.testing.assert_array_equal(stops, expected_stops)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    if not changes:
+        assert len(set(stops.tolist())) > 1
 
 
 def test_registered_with_three_scales() -> None:

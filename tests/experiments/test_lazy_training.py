@@ -339,3 +339,36 @@ def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert exp.claim_id == "C3"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
+
+
+def test_docstring_paper_scale_counts_the_paper_grid() -> None:
+    """The module's paper-scale cost states the paper grid's example-steps, flops and the
+    width-8192 network's size, counted here from the paper config."""
+    import ntklab.experiments.lazy_training as lt
+
+    exp = get_experiment(NAME)
+    config = resolve_config(exp, "paper", {})
+    assert isinstance(config, LazyTrainingConfig)
+    doc = " ".join((lt.__doc__ or "").split())
+    assert (
+        f"Paper scale (widths {config.widths[0]} to {config.widths[-1]}, {config.seeds} seeds, "
+        f"{config.steps} steps on {config.n_train} points)" in doc
+    )
+    runs = config.seeds * len(config.widths) * 2  # both parameterizations
+    assert f":math:`{config.seeds} \\times {len(config.widths)} \\times 2`" in doc
+    example_steps = runs * config.steps * config.n_train
+    assert f"{example_steps / 1e6:.1f} million example-steps" in doc
+    # depth 3: two m x m hidden layers, 2 flops per multiply-add, forward + twice that back
+    assert config.depth == 3
+    per_width = [
+        12 * w**2 * config.seeds * 2 * config.steps * config.n_train for w in config.widths
+    ]
+    flops = sum(per_width)
+    assert f"about :math:`{flops / 1e14:.1f} \\times 10^{{14}}` flops" in doc
+    assert round(4 * per_width[-1] / flops) == 3  # "three quarters of them at width 8192"
+    widest = config.widths[-1]
+    params = (config.dim + 1) * widest + 2 * (widest + 1) * widest + widest
+    assert f":math:`{params / 1e8:.1f} \\times 10^8` parameters" in doc
+    assert f"{4 * params / 1e9:.1f} GB in float32, {8 * params / 1e9:.1f} GB" in doc
+    assert "5.5e14 flops" in exp.paper_scale_cost
+    assert f"{flops / 1e14:.1f}e14" in exp.paper_scale_cost

@@ -217,3 +217,37 @@ def test_experiment_is_registered_with_three_scales() -> None:
     assert exp.claim_id == "B3"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
     assert exp.measure is nc.measure and exp.judge is nc.judge and exp.draw is nc.draw
+
+
+def test_docstring_paper_scale_counts_the_paper_grid() -> None:
+    """The module's paper-scale cost states the paper grid and the float64 weights of the
+    width-8192 seed ensembles, counted here from the paper config."""
+    exp = get_experiment("ntk-concentration")
+    config = resolve_config(exp, "paper", {})
+    assert isinstance(config, nc.NtkConcentrationConfig)
+    doc = " ".join((nc.__doc__ or "").split())
+    acts = " and ".join(config.activations)
+    assert (
+        f"Paper scale (widths {config.widths[0]} to {config.widths[-1]}, {config.n_seeds} "
+        f"seeds, {acts}, depths {config.depths[0]} to {config.depths[-1]})" in doc
+    )
+    assert config.dtype == "float64"
+    assert f"one sup distance over the {config.n_grid}^2 pairs at width 8192" in doc
+    networks = len(config.activations) * len(config.depths) * config.n_seeds
+    assert f"over the grid's {networks} networks per width" in doc
+    assert f"on {config.n_train} points" in doc
+    widest = config.widths[-1]
+    gb = {
+        depth: config.n_seeds * 2 * (depth - 1) * (widest // 2) ** 2 * 8 / 1e9
+        for depth in config.depths
+    }
+    assert (
+        f"{gb[2]:.1f} GB (depth 2), {gb[3]:.1f} GB (depth 3) and {gb[4]:.1f} GB (depth 4) at "
+        f"width {widest}" in doc
+    )
+    # measured peak: twice the weights
+    assert f"about {round(2 * gb[4])} GB at depth 4" in doc
+    assert f"{round(2 * gb[4])} GB of memory ({gb[4]:.1f} GB of float64 weights" in (
+        exp.paper_scale_cost
+    )
+    assert f"the {config.n_seeds} width-{widest} networks" in exp.paper_scale_cost

@@ -47,7 +47,7 @@ from torch import Tensor
 from ..data import random_sphere_polynomial, random_trig_polynomial, uniform_circle, uniform_sphere
 from ..dynamics import select_ridge_validation
 from ..errors import NtklabValueError, NumericalWarning
-from ..nets import ensemble, train_ensemble
+from ..nets import MLPEnsemble, ModuleEnsemble, ensemble, train_ensemble
 from . import (
     Count,
     Experiment,
@@ -240,8 +240,14 @@ def network_test_mse(
     gen: torch.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Early-stopped test MSE of one two-layer network per seed (the leading axis of the
-    inputs), and the stopping steps."""
-    members, n, d = x.shape
+    inputs), and the stopping steps.
+
+    The validation MSE is recorded every ``record_every`` steps; each member's test MSE is
+    that of its weights at the recorded step of smallest validation MSE (the first one on a
+    tie). The test inputs are evaluated only at the stopping steps: recording them at every
+    step cost more than the training itself at small ``n`` with thousands of test points.
+    """
+    members, _, d = x.shape
     arch = relu_network(1, config.w_std, config.b_std)
     ens = ensemble(
         arch,
@@ -256,26 +262,55 @@ def network_test_mse(
     if record[-1] != config.steps:
         record.append(config.steps)
     x32 = x.float()
-    inputs = torch.cat([x32[:, n_fit:], x_test.float()], dim=1)
+    x_fit, y_fit = x32[:, :n_fit], y[:, :n_fit, None].float()
+    x_val, y_val = x32[:, n_fit:], y[:, n_fit:]
+    # Train from one recorded step to the next (full-batch GD: the same trajectory as one
+    # run), recording the validation outputs only, and keep the members' weights at the
+    # steps that are still some member's best: the test inputs are evaluated once per
+    # stopping step instead of at every recorded step. Both go through train_ensemble's own
+    # recording (the same chunks of members), so the outputs equal those of one long run.
+    val = torch.empty((len(record), members), dtype=torch.float64)  # shape: (T, M)
+    snapshots: dict[int, MLPEnsemble | ModuleEnsemble] = {0: ens}
+    current: MLPEnsemble | ModuleEnsemble = ens
     with warnings.catch_warnings():
         warnings.simplefilter("error", NumericalWarning)
-        run = train_ensemble(
-            ens,
-            x32[:, :n_fit],
-            y[:, :n_fit, None].float(),
-            learning_rate=config.learning_rate,
-            t=config.steps,
-            x_test=inputs,
-            record_t=record,
-        )
-    assert run.test_outputs is not None
-    out = run.test_outputs[..., 0].double()  # shape: (T, M, n_val + n_test)
-    n_val = n - n_fit
-    val = (out[:, :, :n_val] - y[None, :, n_fit:]).square().mean(dim=-1)  # shape: (T, M)
-    test = (out[:, :, n_val:] - f_test[None]).square().mean(dim=-1)
-    stop = val.argmin(dim=0)  # shape: (M,)
-    chosen = test.gather(0, stop[None])[0]
-    return chosen.numpy(), run.steps[stop].numpy()
+        for j in range(1, len(record)):
+            length = record[j] - record[j - 1]
+            run = train_ensemble(
+                current,
+                x_fit,
+                y_fit,
+                learning_rate=config.learning_rate,
+                t=length,
+                x_test=x_val,
+                record_t=[0, length] if j == 1 else [length],
+            )
+            assert run.test_outputs is not None
+            out = run.test_outputs[..., 0].double()  # shape: (1 or 2, M, n_val)
+            val[j + 1 - out.shape[0] : j + 1] = (out - y_val[None]).square().mean(dim=-1)
+            current = snapshots[j] = run.ensemble
+            best = set(val[: j + 1].argmin(dim=0).tolist())
+            snapshots = {k: v for k, v in snapshots.items() if k in best}
+        stop = val.argmin(dim=0)  # shape: (M,)
+        chosen = torch.empty(members, dtype=torch.float64)
+        for j in sorted(set(stop.tolist())):
+            # the outputs recorded at step 0 of a run from the snapshot (one step is taken
+            # and discarded)
+            run = train_ensemble(
+                snapshots[j],
+                x_fit,
+                y_fit,
+                learning_rate=config.learning_rate,
+                t=1,
+                x_test=x_test.float(),
+                record_t=[0],
+            )
+            assert run.test_outputs is not None
+            picked = stop == j
+            test = (run.test_outputs[0, ..., 0].double() - f_test).square().mean(dim=-1)
+            chosen[picked] = test[picked]
+    steps = torch.tensor(record, dtype=torch.int64)
+    return chosen.numpy(), steps[stop].numpy()
 
 
 def _geomean(values: np.ndarray) -> float:
