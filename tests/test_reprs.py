@@ -53,7 +53,7 @@ def test_a_data_set_prints_one_line() -> None:
 
 
 def test_training_results_print_one_line() -> None:
-    arch = nl.serial(nl.Dense(1.0, 0.1), nl.Erf(), nl.Dense(1.0, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.0, b_std=0.1), nl.Erf(), nl.Dense(w_std=1.0, b_std=0.1))
     x, y = torch.randn(300, 3, dtype=F64), torch.randn(300, 1, dtype=F64)
     net = arch.to_torch(16, in_features=3, dtype=F64)
     run = nl.nets.train(net, x, y, learning_rate=0.1, t=3, log_every=1)
@@ -65,7 +65,7 @@ def test_training_results_print_one_line() -> None:
 
 
 def test_dynamics_and_solver_results_print_one_line() -> None:
-    arch = nl.serial(nl.Dense(1.0, 0.1), nl.Relu(), nl.Dense(1.0, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.0, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.0, b_std=0.1))
     x, y = torch.randn(30, 3, dtype=F64), torch.randn(30, 1, dtype=F64)
     k = arch.kernel(x)
     _check(nl.dynamics.linearized_dynamics(k.ntk, y), "LinearizedDynamics", "(30, 1)")

@@ -549,7 +549,7 @@ def test_bad_coefficients_raise_clear_errors() -> None:
 
 
 def test_bad_architectures_raise_clear_errors() -> None:
-    with pytest.raises(NtklabValueError, match=r"which: expected 'ntk' or 'nngp', got 'cnn'"):
+    with pytest.raises(NtklabValueError, match=r"get: expected 'ntk' or 'nngp', got 'cnn'"):
         profile_from_architecture(_StandIn(), 3, "cnn")  # type: ignore[arg-type]
     with pytest.raises(NtklabTypeError, match=r"arch: expected an object with a kernel"):
         profile_from_architecture(object(), 3)  # type: ignore[arg-type]

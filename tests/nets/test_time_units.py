@@ -15,7 +15,7 @@ F64 = torch.float64
 
 
 def _problem() -> tuple[nl.Architecture, torch.Tensor, torch.Tensor, torch.Tensor]:
-    arch = nl.serial(nl.Dense(1.5, 0.1), nl.Erf(), nl.Dense(1.5, 0.1))
+    arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Erf(), nl.Dense(w_std=1.5, b_std=0.1))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(10, 3, generator=g, dtype=F64)
     xt = torch.randn(6, 3, generator=g, dtype=F64)
