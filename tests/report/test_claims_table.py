@@ -92,23 +92,21 @@ def test_a_paper_scale_cost_stands_in_for_a_missing_paper_run(tmp_path: Path) ->
     assert "not run" not in row and cost not in row  # a result replaces the cost
 
 
-def test_every_experiment_without_a_committed_paper_run_states_its_paper_cost() -> None:
+def test_every_experiment_states_its_paper_scale() -> None:
     """What the README promises: each claim's paper scale either ran (its result is
-    committed under results/paper/) or states what it would take."""
+    committed under results/paper/) or states what it would take, and its module docstring
+    has a "Paper scale" paragraph with the measured time or cost."""
+    import sys
+
     from ntklab.experiments import list_experiments
 
     results = Path(__file__).resolve().parents[2] / "results" / "paper"
-    lacking = [
-        e.name
-        for e in list_experiments()
-        if not (results / f"{e.name}.json").exists() and not e.paper_scale_cost
-    ]
-    queued = {
-        "label-alignment",
-        "double-descent",
-        "flow-equals-krr",
-        "sawtooth-samples",
-        "bandlimited",
-        "sparse-parity",
-    }
-    assert set(lacking) <= queued, lacking
+    # paper runs still under way (the background queue of the session that added this test)
+    queued = {"label-alignment", "sawtooth-samples", "bandlimited", "sparse-parity"}
+    for exp in list_experiments():
+        if exp.name in queued:
+            continue
+        committed = (results / f"{exp.name}.json").exists()
+        assert committed or exp.paper_scale_cost, exp.name
+        doc = sys.modules[exp.measure.__module__].__doc__ or ""
+        assert "Paper scale" in doc, exp.name
