@@ -246,14 +246,14 @@ def _one_run_network_test_mse(
         generator=gen,
         dtype=torch.float32,
     )
-    record = sorted(set(range(0, config.steps + 1, config.record_every)) | {config.steps})
+    record = sorted(set(range(0, config.t + 1, config.record_every)) | {config.t})
     inputs = torch.cat([x[:, n_fit:], x_test], dim=1).float()
     run = train_ensemble(
         ens,
         x[:, :n_fit].float(),
         y[:, :n_fit, None].float(),
         learning_rate=config.learning_rate,
-        t=config.steps,
+        t=config.t,
         x_test=inputs,
         record_t=record,
     )
@@ -269,7 +269,7 @@ def _one_run_network_test_mse(
     ("changes", "n"),
     [
         ({}, 32),  # the quick scale's first cell: members stop at different steps
-        ({"width": 32, "steps": 50, "record_every": 7, "learning_rate": 0.2}, 24),
+        ({"width": 32, "t": 50, "record_every": 7, "learning_rate": 0.2}, 24),
     ],
 )
 def test_network_side_equals_one_recorded_run(changes: dict[str, float], n: int) -> None:

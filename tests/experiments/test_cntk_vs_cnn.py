@@ -87,7 +87,7 @@ def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
         ("b_std", "-1"),
         ("ridge", "0"),
         ("cnn_width", "0"),
-        ("cnn_steps", "0"),
+        ("cnn_t", "0"),
         ("cnn_lr_fraction", "0"),
         ("cnn_lr_fraction", "1"),
         ("max_memory_mb", "0"),
@@ -126,7 +126,7 @@ def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
     assert isinstance(config, CntkVsCnnConfig)
     assert config.dataset == "fashion-mnist" and config.data_root is None
     assert (config.n_train, config.n_test, config.depth) == (2000, 1000, 5)
-    assert (config.cnn_width, config.cnn_steps) == (128, 2000)
+    assert (config.cnn_width, config.cnn_t) == (128, 2000)
 
 
 # --- tiny run ------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def test_fashion_mnist_subsets_are_class_balanced_and_recorded(tmp_path: Path) -
         n_test=10,
         depth=1,
         cnn_width=4,
-        cnn_steps=2,
+        cnn_t=2,
     )
     m = measure(config, RunContext(out_dir=tmp_path, seed=3))
     assert m.dataset == (
@@ -314,9 +314,9 @@ def test_tiny_run_records_the_cnn_training(tiny: RunResult) -> None:
     config = CntkVsCnnConfig.model_validate(tiny.config)
     metrics = {m.name: m.value for m in tiny.metrics}
     arrays = np.load(tiny.run_dir / "arrays.npz")
-    np.testing.assert_array_equal(arrays["cnn_loss_steps"], np.arange(config.cnn_steps + 1))
+    np.testing.assert_array_equal(arrays["cnn_loss_steps"], np.arange(config.cnn_t + 1))
     losses = arrays["cnn_losses"]
-    assert losses.shape == (config.cnn_steps + 1,) and losses[-1] < losses[0]
+    assert losses.shape == (config.cnn_t + 1,) and losses[-1] < losses[0]
     assert metrics["cnn_final_train_loss"] == pytest.approx(float(losses[-1]), rel=1e-12)
     assert (tiny.run_dir / "cntk_vs_cnn.png").exists()
 
@@ -354,8 +354,8 @@ def test_docstring_paper_scale_counts_the_paper_grid() -> None:
     # the finite CNN: 3 x 3 convolutions (1 -> C, then C -> C), forward and backward
     per_image = 6 * 28 * 28 * 9 * (config.cnn_width + (config.depth - 1) * config.cnn_width**2)
     assert f":math:`{per_image / 1e9:.1f} \\times 10^9` flops per image and step" in doc
-    total = per_image * config.n_train * config.cnn_steps
-    assert f":math:`{total / 1e16:.1f} \\times 10^{{16}}` flops for {config.cnn_steps} steps" in doc
+    total = per_image * config.n_train * config.cnn_t
+    assert f":math:`{total / 1e16:.1f} \\times 10^{{16}}` flops for {config.cnn_t} steps" in doc
 
 
 def test_numpy_cntk_matches_the_library_kernel() -> None:

@@ -33,7 +33,7 @@ NAME = "flow-equals-krr"
 # ---------------------------------------------------------------------------------------------
 # judge
 
-TINY = FlowEqualsKrrConfig(n_train=12, n_test=6, width=64, members=200, chunk=200)
+TINY = FlowEqualsKrrConfig(n_train=12, n_test=6, width=64, n_samples=200, chunk=200)
 LABELS = time_labels(TINY.times)  # t=1N/lmax, t=10N/lmax, t=100N/lmax, t=inf
 
 
@@ -159,7 +159,7 @@ def test_judge_criterion_follows_the_grid() -> None:
         ("b_std", "-0.1"),
         ("noise", "-1"),
         ("width", "0"),
-        ("members", "0"),
+        ("n_samples", "0"),
         ("chunk", "0"),
         ("times", "[]"),
         ("times", "10,1"),

@@ -39,7 +39,7 @@ NAME = "gp-convergence"
 
 
 def _passing(config: GpConvergenceConfig) -> dict[str, float]:
-    values: dict[str, float] = {"members": float(config.members), "floor_scaled": 3.6}
+    values: dict[str, float] = {"members": float(config.n_samples), "floor_scaled": 3.6}
     for name in config.activations:
         for t in config.times:
             tag = f"{name},t={t:g}"
@@ -96,7 +96,7 @@ def test_judge_fails_when_a_slope_was_not_fitted() -> None:
 
 def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
     config = GpConvergenceConfig(
-        activations=("erf",), widths=(8, 64), members=500, times=(1.0, 2.5), learning_rate=0.5
+        activations=("erf",), widths=(8, 64), n_samples=500, times=(1.0, 2.5), learning_rate=0.5
     )
     judgement = judge(config, metrics_from_values(_passing(config)))
     assert judgement.passed
@@ -117,7 +117,7 @@ def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
         ("widths", "16"),
         ("widths", "32,16"),
         ("widths", "0,16"),
-        ("members", "1"),
+        ("n_samples", "1"),
         ("times", ""),
         ("times", "10,1"),
         ("times", "0.3"),  # not a whole number of steps of 0.25
@@ -222,16 +222,16 @@ def test_tiny_run_gaussians_and_discretization_match_quadrature(tiny: RunResult)
         # W2^2 of two 1-D Gaussians; a difference of close numbers: 1e-4 relative
         disc = (mu - mu_gd) ** 2 + (sd - sd_gd) ** 2
         assert metrics[f"discretization_w2[{tag}]"].value == pytest.approx(disc, rel=1e-4)
-        se = [sd / math.sqrt(config.members), sd**2 * math.sqrt(2 / (config.members - 1))]
+        se = [sd / math.sqrt(config.n_samples), sd**2 * math.sqrt(2 / (config.n_samples - 1))]
         np.testing.assert_allclose(arrays[f"standard_errors_tanh_t{j}"], se, rtol=1e-6)
 
 
 def test_tiny_run_floor_matches_a_monte_carlo_reference(tiny: RunResult) -> None:
     config = GpConvergenceConfig.model_validate(tiny.config)
     metrics = {m.name: m.value for m in tiny.metrics}
-    assert metrics["members"] == config.members
+    assert metrics["members"] == config.n_samples
     repeats = 400
-    reference, reference_se = _w2_floor(config.members, repeats, seed=7)
+    reference, reference_se = _w2_floor(config.n_samples, repeats, seed=7)
     # the run averages floor_repeats draws per width of the same M W2^2, whose spread is
     # reference_se * sqrt(repeats) (about half its mean); 4 combined standard errors (about
     # 0.6 at M = 2000, 150 draws) are well below the 1.7 of a 1.5x error

@@ -35,7 +35,7 @@ NAME = "lazy-training"
 # ---------------------------------------------------------------------------------------------
 # judge
 
-TINY = LazyTrainingConfig(widths=(32, 64, 128), seeds=2, steps=20, n_train=12, n_test=8, depth=2)
+TINY = LazyTrainingConfig(widths=(32, 64, 128), seeds=2, t=20, n_train=12, n_test=8, depth=2)
 
 
 def passing_values() -> dict[str, float | tuple[float, float, float]]:
@@ -100,7 +100,7 @@ def test_judge_fails_a_run_that_diverged() -> None:
 
 
 def test_judge_criterion_follows_the_grid() -> None:
-    config = LazyTrainingConfig(widths=(16, 48, 96, 200), seeds=5, steps=7, lr_fraction=0.25)
+    config = LazyTrainingConfig(widths=(16, 48, 96, 200), seeds=5, t=7, lr_fraction=0.25)
     judgement = judge(config, metrics_from_values(passing_values()))
     assert judgement.passed
     assert "over widths 16, 48, 96, 200 (5 seeds, depth 3, 7 GD steps at 0.25 eta_c" in (
@@ -127,7 +127,7 @@ def test_judge_criterion_follows_the_grid() -> None:
         ("widths", "32,64"),  # a slope with an interval needs three widths
         ("widths", "0,32,64"),
         ("seeds", "1"),  # the interval resamples seeds
-        ("steps", "0"),
+        ("t", "0"),
         ("lr_fraction", "0"),
         ("lr_fraction", "1"),  # the critical rate itself does not converge
         ("lr_fraction", "1.5"),
@@ -294,12 +294,12 @@ def test_tiny_first_cell_reproduced_by_autograd_gd_and_a_jacobian_ntk(
     with torch.no_grad():
         f_all = lin_net(x_all)
     f = f_all.clone()
-    for _ in range(TINY.steps):
+    for _ in range(TINY.t):
         f = f - lr / n * theta_all @ (f[:n] - y)
     lin_test = f[n:]
 
     k0 = _jacobian_ntk(net, xt, xt)
-    loss = _gd(net, xt, yt, lr, TINY.steps)
+    loss = _gd(net, xt, yt, lr, TINY.t)
     k1 = _jacobian_ntk(net, xt, xt)
     drift = float(torch.linalg.norm(k1 - k0) / torch.linalg.norm(k0))
     with torch.no_grad():
@@ -310,7 +310,7 @@ def test_tiny_first_cell_reproduced_by_autograd_gd_and_a_jacobian_ntk(
 
     m0 = _jacobian_ntk(mup, xt, xt)
     eta_c_mup = 2 * n / float(torch.linalg.eigvalsh(m0.double())[-1])
-    _gd(mup, xt, yt, lr, TINY.steps)
+    _gd(mup, xt, yt, lr, TINY.t)
     m1 = _jacobian_ntk(mup, xt, xt)
     assert arrays["eta_c_mup"][0, 0] == pytest.approx(eta_c_mup, rel=1e-4)
     drift_mup = float(torch.linalg.norm(m1 - m0) / torch.linalg.norm(m0))
@@ -352,17 +352,15 @@ def test_docstring_paper_scale_counts_the_paper_grid() -> None:
     doc = " ".join((lt.__doc__ or "").split())
     assert (
         f"Paper scale (widths {config.widths[0]} to {config.widths[-1]}, {config.seeds} seeds, "
-        f"{config.steps} steps on {config.n_train} points)" in doc
+        f"{config.t} steps on {config.n_train} points)" in doc
     )
     runs = config.seeds * len(config.widths) * 2  # both parameterizations
     assert f":math:`{config.seeds} \\times {len(config.widths)} \\times 2`" in doc
-    example_steps = runs * config.steps * config.n_train
+    example_steps = runs * config.t * config.n_train
     assert f"{example_steps / 1e6:.1f} million example-steps" in doc
     # depth 3: two m x m hidden layers, 2 flops per multiply-add, forward + twice that back
     assert config.depth == 3
-    per_width = [
-        12 * w**2 * config.seeds * 2 * config.steps * config.n_train for w in config.widths
-    ]
+    per_width = [12 * w**2 * config.seeds * 2 * config.t * config.n_train for w in config.widths]
     flops = sum(per_width)
     assert f"about :math:`{flops / 1e14:.1f} \\times 10^{{14}}` flops" in doc
     assert round(4 * per_width[-1] / flops) == 3  # "three quarters of them at width 8192"

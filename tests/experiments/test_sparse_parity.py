@@ -130,7 +130,7 @@ def test_tiny_metrics_from_the_recorded_mses(tiny: RunResult) -> None:
     for seed in range(config.seeds):
         for i, n in enumerate(ns):
             curve = arrays[f"net_curve_seed{seed}_n{n}"]
-            assert curve[0, 0] == 0 and curve[0, -1] == config.steps
+            assert curve[0, 0] == 0 and curve[0, -1] == config.t
             np.testing.assert_allclose(net[seed, i], curve[1, -config.last_evaluations :].mean())
     # every metric is a direct function of the stored per-seed MSEs: rounding only
     ratios = ntk / np.maximum(net, sp.MSE_FLOOR)

@@ -110,7 +110,7 @@ def test_judge_fails_without_the_drop_and_says_so() -> None:
 
 
 def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
-    config = TraceBoundConfig(networks=("cnn",), inits=("zero",), drop=20.0, max_steps=700)
+    config = TraceBoundConfig(networks=("cnn",), inits=("zero",), drop=20.0, max_t=700)
     values = {
         "linear_model_relative_error": 0.0,
         "steps_to_drop[cnn,zero]": 3.0,
@@ -138,9 +138,9 @@ def test_judge_criterion_is_rendered_from_the_grid_that_ran() -> None:
         ("w_std", "0"),
         ("b_std", "-0.1"),
         ("drop", "1"),
-        ("max_steps", "-5"),
-        ("chunk_steps", "0"),
-        ("linear_steps", "0"),
+        ("max_t", "-5"),
+        ("chunk_t", "0"),
+        ("linear_t", "0"),
         ("max_memory_mb", "0"),
         ("networks", ""),
         ("networks", "mlp,mlp"),
@@ -173,7 +173,7 @@ def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
     config = resolve_config(get_experiment(NAME), "paper", {})
     assert isinstance(config, TraceBoundConfig)
     assert config.dataset == "fashion-mnist" and config.data_root is None
-    assert (config.n_train, config.n_test, config.max_steps) == (1000, 1000, 20000)
+    assert (config.n_train, config.n_test, config.max_t) == (1000, 1000, 20000)
     assert (config.mlp_width, config.cnn_channels) == (2048, 128)
 
 
@@ -197,7 +197,7 @@ def test_tiny_run_linear_model_matches_the_closed_form(tiny: RunResult) -> None:
     # L_t = 1/2 sum_i (1 - lambda_i / lambda_max)^(2t) ||v_i^T y||^2 for f = X theta, theta_0 = 0
     lam, vecs = np.linalg.eigh(x @ x.T)
     energy = ((vecs.T @ y) ** 2).sum(axis=1)
-    t = np.arange(config.linear_steps + 1)[:, None]
+    t = np.arange(config.linear_t + 1)[:, None]
     formula = 0.5 * (np.clip(1 - lam / lam.max(), 0, None) ** (2 * t) * energy).sum(axis=1)
     # float64 GD against a float64 closed form: rounding only
     np.testing.assert_allclose(arrays["linear_loss"], formula, rtol=1e-9)
@@ -284,9 +284,9 @@ def test_fashion_mnist_subsets_are_class_balanced_and_recorded(tmp_path: Path) -
         n_test=10,
         mlp_width=8,
         drop=2.0,
-        max_steps=5,
-        chunk_steps=5,
-        linear_steps=2,
+        max_t=5,
+        chunk_t=5,
+        linear_t=2,
     )
     m = measure(config, RunContext(out_dir=tmp_path, seed=4))
     assert m.dataset == (
@@ -404,4 +404,4 @@ def test_docstring_paper_scale_counts_the_paper_networks() -> None:
     # the C x C convolutions of both halves, forward and backward, on n_train images
     flops = 2 * 6 * 28 * 28 * 9 * config.cnn_channels**2 * (config.depth - 1) * config.n_train
     assert f":math:`{flops / 1e12:.1f} \\times 10^{{12}}` flops per step on {config.n_train}" in doc
-    assert f"{config.max_steps} steps" in doc
+    assert f"{config.max_t} steps" in doc

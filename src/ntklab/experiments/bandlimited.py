@@ -114,8 +114,9 @@ class BandlimitedConfig(ExperimentConfig):
         Weight (> 0) and bias (>= 0) standard deviations of the architecture.
     ridges : tuple of float
         Candidate ridges relative to the kernel's mean diagonal (> 0).
-    width, parameterization, learning_rate, steps, record_every
-        The network and its full-batch gradient descent; validation every ``record_every``
+    width, parameterization, learning_rate, t, record_every
+        The network and its full-batch gradient descent (``t`` steps at ``learning_rate``, as in
+        :func:`~ntklab.nets.train`); validation every ``record_every``
         steps.
     ratio_factor : float
         Noisy criterion: ratio in ``[1 / ratio_factor, ratio_factor]`` (>= 1).
@@ -142,7 +143,7 @@ class BandlimitedConfig(ExperimentConfig):
     width: Count = 256
     parameterization: Literal["ntk", "standard", "mup"] = "standard"
     learning_rate: PositiveFloat = 0.04
-    steps: Count = 4000
+    t: Count = 4000
     record_every: Count = 20
     ratio_factor: float = Field(default=RATIO_FACTOR, ge=1.0, allow_inf_nan=False)
     noiseless_max_ratio: PositiveFloat = NOISELESS_MAX_RATIO
@@ -258,9 +259,9 @@ def network_test_mse(
         generator=gen,
         dtype=torch.float32,
     )
-    record = list(range(0, config.steps + 1, config.record_every))
-    if record[-1] != config.steps:
-        record.append(config.steps)
+    record = list(range(0, config.t + 1, config.record_every))
+    if record[-1] != config.t:
+        record.append(config.t)
     x32 = x.float()
     x_fit, y_fit = x32[:, :n_fit], y[:, :n_fit, None].float()
     x_val, y_val = x32[:, n_fit:], y[:, n_fit:]
@@ -409,7 +410,7 @@ def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
         arrays=arrays,
         notes=(
             f"network: width {config.width}, {config.parameterization} parameterization, "
-            f"full-batch GD lr {config.learning_rate}, {config.steps} steps, early-stopped on "
+            f"full-batch GD lr {config.learning_rate}, {config.t} steps, early-stopped on "
             f"the validation split (every {config.record_every} steps)",
             "test MSE against the noiseless target on fresh inputs (excess risk)",
         ),
@@ -513,7 +514,7 @@ EXPERIMENT = register(
                 "n_test": 200,
                 "width": 64,
                 "learning_rate": 0.1,
-                "steps": 100,
+                "t": 100,
                 "record_every": 10,
                 "noiseless": True,
             },
@@ -524,7 +525,7 @@ EXPERIMENT = register(
                 "n_test": 4000,
                 "width": 1024,
                 "learning_rate": 0.01,
-                "steps": 10000,
+                "t": 10000,
                 "ntk_depths": [1, 2, 3, 4],
             },
         },

@@ -150,8 +150,9 @@ class CntkVsCnnConfig(ExperimentConfig):
         Ridge of the kernel regression relative to the mean diagonal, > 0.
     cnn_width : int
         Channels of the finite CNN, >= 1.
-    cnn_steps : int
-        GD steps of the finite CNN, >= 1.
+    cnn_t : int
+        GD steps of the finite CNN at its learning rate (``t`` of :func:`~ntklab.nets.train`),
+        >= 1.
     cnn_lr_fraction : float
         The CNN's learning rate as a fraction of the critical one, in (0, 1).
     max_memory_mb : int
@@ -170,7 +171,7 @@ class CntkVsCnnConfig(ExperimentConfig):
     b_std: NonNegativeFloat = 0.0
     ridge: PositiveFloat = 1e-3
     cnn_width: Count = 64
-    cnn_steps: Count = 300
+    cnn_t: Count = 300
     cnn_lr_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5
     max_memory_mb: Count = 1024
     kernel_dtype: Literal["float32", "float64"] = "float32"
@@ -359,8 +360,8 @@ def _train_cnn(
         xtr,
         targets,
         learning_rate=lr,
-        t=config.cnn_steps,
-        log_every=max(1, config.cnn_steps // 50),
+        t=config.cnn_t,
+        log_every=max(1, config.cnn_t // 50),
     )
     with torch.no_grad():
         pred = run.model(xte).argmax(dim=1)
@@ -409,7 +410,7 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
     targets = torch.nn.functional.one_hot(y_train, classes).double() - 1.0 / classes
     same_time = linearized_dynamics(
         kernels_train["cntk_gap"].double(), targets, learning_rate=lr, schedule="gd"
-    ).test(config.cnn_steps, kernels_test["cntk_gap"].double())
+    ).test(config.cnn_t, kernels_test["cntk_gap"].double())
     predictions["cntk_gap_same_time"] = same_time.argmax(dim=1)
     accuracies = {n: float((predictions[n] == y_test).double().mean()) for n in MODELS}
     ctx.progress(1.0, f"finite CNN: accuracy {accuracies['cnn_gap_finite']:.3f}")
@@ -421,7 +422,7 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
             "cnn_gap_finite_accuracy",
             accuracies["cnn_gap_finite"],
             note=(
-                f"width {config.cnn_width}, NTK parameterization, {config.cnn_steps} GD steps "
+                f"width {config.cnn_width}, NTK parameterization, {config.cnn_t} GD steps "
                 f"at lr {lr:.3g} ({config.cnn_lr_fraction} x critical)"
             ),
         ),
@@ -526,7 +527,7 @@ EXPERIMENT = register(
         ),
         config_type=CntkVsCnnConfig,
         scales={
-            "tiny": {"n_train": 40, "n_test": 40, "depth": 2, "cnn_width": 16, "cnn_steps": 5},
+            "tiny": {"n_train": 40, "n_test": 40, "depth": 2, "cnn_width": 16, "cnn_t": 5},
             "quick": {},
             "paper": {
                 "dataset": "fashion-mnist",
@@ -534,7 +535,7 @@ EXPERIMENT = register(
                 "n_test": 1000,
                 "depth": 5,
                 "cnn_width": 128,
-                "cnn_steps": 2000,
+                "cnn_t": 2000,
                 "max_memory_mb": 16384,
             },
         },

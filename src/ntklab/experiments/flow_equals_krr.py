@@ -18,7 +18,7 @@ prediction by a Gaussian whose variance is the NNGP-driven covariance of the ens
 Data, computation, measurement, verdict, figure:
 
 1. points on :math:`S^{d-1}`, a smooth target plus noise; the analytic NTK and NNGP of a
-   ReLU network; :math:`f_0` = outputs of ``members`` finite networks of that architecture
+   ReLU network; :math:`f_0` = outputs of ``n_samples`` finite networks of that architecture
    at initialization (:func:`ntklab.nets.ensemble`), the first one for parts 2-4;
 2. flow at a time where :math:`e^{-\\eta t \\lambda_{min}/N} < 10^{-20}` and at
    :math:`t = \\infty` (:func:`~ntklab.dynamics.linearized_dynamics`) against the min-norm
@@ -136,7 +136,7 @@ class FlowEqualsKrrConfig(ExperimentConfig):
         Weight (> 0) and bias (>= 0) standard deviations.
     noise : float
         Standard deviation of the label noise, >= 0.
-    width, members, chunk : int
+    width, n_samples, chunk : int
         Width of the finite networks, how many of them (:math:`f_0`), how many drawn at once.
     times : tuple of float
         Flow times in units of :math:`N/\\lambda_{max}`, > 0, strictly increasing, distinct at
@@ -156,7 +156,7 @@ class FlowEqualsKrrConfig(ExperimentConfig):
     b_std: NonNegativeFloat = 0.1
     noise: NonNegativeFloat = 0.1
     width: Count = 256
-    members: Count = 1000
+    n_samples: Count = 1000
     chunk: Count = 100
     # flow times, as multiples of N / lambda_max (one unit: the top mode decays by e)
     times: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] = (1.0, 10.0, 100.0)
@@ -234,7 +234,7 @@ def _rel(a: Tensor, b: Tensor) -> float:
 def _initial_outputs(
     arch: nk.Architecture, x: Tensor, config: FlowEqualsKrrConfig, ctx: RunContext
 ) -> Tensor:
-    """Outputs (n, members) of ``members`` finite networks at initialization.
+    """Outputs (n, n_samples) of ``n_samples`` finite networks at initialization.
 
     The bulk of :func:`measure`: per chunk of 50 networks of width 1024 on 320 points, about
     1.4 s of one core draws the weights (float64) and 1.0 s runs the forward pass, so the
@@ -243,15 +243,15 @@ def _initial_outputs(
     gen = ctx.generator("init")
     outs = []
     done = 0
-    while done < config.members:
-        size = min(config.chunk, config.members - done)
+    while done < config.n_samples:
+        size = min(config.chunk, config.n_samples - done)
         ens = ensemble(
             arch, size, config.width, in_features=x.shape[1], generator=gen, dtype=torch.float64
         )
         with torch.no_grad():
             outs.append(ens(x)[:, :, 0].T)
         done += size
-        ctx.progress(0.2 * done / config.members, f"initial outputs, {done} networks")
+        ctx.progress(0.2 * done / config.n_samples, f"initial outputs, {done} networks")
     return torch.cat(outs, dim=1)
 
 
@@ -464,7 +464,7 @@ def judge(config: FlowEqualsKrrConfig, metrics: Metrics) -> Judgement:
         f"t = {times} N/lambda_max; the gap between discrete GD and the flow at flow time "
         f"{config.gd_time:g} N/lambda_max falls at every smaller step, eta_c x {fractions}, "
         f"with log-log order in [{GD_ORDER[0]}, {GD_ORDER[1]}]; the mean squared change from "
-        f"dropping f_0 ({config.members} networks of width {config.width}) over the "
+        f"dropping f_0 ({config.n_samples} networks of width {config.width}) over the "
         f"predicted variance Sigma_t(x, x) in [{GOTCHA_RATIO[0]}, {GOTCHA_RATIO[1]}] at "
         f"t = {times} N/lambda_max and at t = inf"
     )
@@ -546,9 +546,9 @@ EXPERIMENT = register(
         dataset="synthetic: random points on S^{d-1}",
         config_type=FlowEqualsKrrConfig,
         scales={
-            "tiny": {"n_train": 12, "n_test": 6, "width": 64, "members": 200, "chunk": 200},
+            "tiny": {"n_train": 12, "n_test": 6, "width": 64, "n_samples": 200, "chunk": 200},
             "quick": {},
-            "paper": {"n_train": 256, "n_test": 64, "width": 1024, "members": 4000, "chunk": 50},
+            "paper": {"n_train": 256, "n_test": 64, "width": 1024, "n_samples": 4000, "chunk": 50},
         },
         measure=measure,
         judge=judge,

@@ -117,7 +117,7 @@ class GpConvergenceConfig(ExperimentConfig):
         Activations :math:`\\phi`, non-empty and distinct.
     widths : tuple of int
         Hidden widths :math:`n_1`, at least two, strictly increasing, each >= 1.
-    members : int
+    n_samples : int
         Networks :math:`M` per width (independent initializations), >= 2.
     times : tuple of float
         Gradient-flow times :math:`t > 0`, strictly increasing, each a whole number of steps
@@ -143,7 +143,7 @@ class GpConvergenceConfig(ExperimentConfig):
         "sigmoid",
     )
     widths: Annotated[tuple[Count, ...], Field(min_length=2)] = (16, 32, 64, 128, 256, 512)
-    members: Annotated[int, Field(ge=2)] = 20_000
+    n_samples: Annotated[int, Field(ge=2)] = 20_000
     times: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] = (10.0,)
     learning_rate: PositiveFloat = 0.25
     n_train: Count = 8
@@ -277,7 +277,7 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
             gen = ctx.generator(f"init-{name}-{width}")
             ens = ensemble(
                 arch,
-                config.members,
+                config.n_samples,
                 width,
                 in_features=config.input_dim,
                 generator=gen,
@@ -322,8 +322,8 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
             tag = _tag(name, t)
             mu, sd = targets[j]
             mu_gd, sd_gd = gd_targets[j]
-            var_se = sd**2 * math.sqrt(2.0 / (config.members - 1))
-            mean_se = sd / math.sqrt(config.members)
+            var_se = sd**2 * math.sqrt(2.0 / (config.n_samples - 1))
+            mean_se = sd / math.sqrt(config.n_samples)
             fit = resolved_slope(widths, w2[j], w2_err[j], config.resolve_sigmas)
             fit_gd = resolved_slope(widths, w2_gd[j], w2_gd_err[j], config.resolve_sigmas)
             fit_var = resolved_slope(
@@ -413,7 +413,7 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
 
     floor_mean = float(np.mean(floor_scaled))
     metrics[:0] = [
-        Metric("members", config.members, note="M independent initializations per width"),
+        Metric("members", config.n_samples, note="M independent initializations per width"),
         Metric(
             "floor_scaled",
             floor_mean,
@@ -424,7 +424,7 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
     ]
     notes.append(
         f"step {eta:g} ({', '.join(map(str, steps))} steps); floor {floor_mean:.2f} sigma^2/M "
-        f"with M = {config.members}; a width is resolved when the debiased distance exceeds "
+        f"with M = {config.n_samples}; a width is resolved when the debiased distance exceeds "
         f"{config.resolve_sigmas:g} bootstrap standard errors"
     )
     return Measurement(metrics=tuple(metrics), arrays=arrays, notes=tuple(notes))
@@ -458,7 +458,7 @@ def judge(config: GpConvergenceConfig, metrics: Metrics) -> Judgement:
     criterion = (
         f"for phi in {{{', '.join(config.activations)}}} at t = "
         f"{', '.join(map(_time_text, config.times))}: the log-log slope in the width of "
-        f"W2^2(f_t(x), G_t(x)) minus the Monte Carlo floor of M = {config.members} samples is "
+        f"W2^2(f_t(x), G_t(x)) minus the Monte Carlo floor of M = {config.n_samples} samples is "
         f"<= {SLOPE_MAX}, fitted over at least {MIN_RESOLVED} of the widths "
         f"{', '.join(map(str, config.widths))} resolved above {config.resolve_sigmas:g} "
         f"bootstrap standard errors; and the discretization error W2^2(GD Gaussian, flow "
@@ -516,7 +516,7 @@ def draw(
             yscale="log",
             xlabel="width $n_1$",
             ylabel=r"$W_2^2(f_t(x), G_t(x))$ - floor",
-            title=f"t = {t:g}, M = {config.members} (dotted: log n1/n1; v: unresolved, 2 se)",
+            title=f"t = {t:g}, M = {config.n_samples} (dotted: log n1/n1; v: unresolved, 2 se)",
         )
         axes[j].legend(fontsize=7)
     axes[-1].set(
@@ -557,7 +557,7 @@ EXPERIMENT = register(
             "tiny": {
                 "activations": ("tanh",),
                 "widths": (4, 8, 16),
-                "members": 2000,
+                "n_samples": 2000,
                 "learning_rate": 0.1,
                 "times": (1.0,),
                 "floor_repeats": 50,
@@ -566,7 +566,7 @@ EXPERIMENT = register(
             "quick": {},
             "paper": {
                 "widths": (16, 32, 64, 128, 256, 512, 1024, 2048),
-                "members": 100_000,
+                "n_samples": 100_000,
                 "times": (1.0, 10.0),
                 "learning_rate": 0.1,
             },

@@ -128,8 +128,8 @@ class LazyTrainingConfig(ExperimentConfig):
         Widths, strictly increasing, at least 3 (a slope with an interval), each >= 1.
     seeds : int
         Networks per width, >= 2 (the interval resamples them).
-    steps : int
-        GD steps, >= 1.
+    t : int
+        GD steps at the learning rate (``t`` of :func:`~ntklab.nets.train`), >= 1.
     lr_fraction : float
         The learning rate as a fraction of the critical one, in (0, 1).
     net_dtype : {"float32", "float64"}
@@ -146,7 +146,7 @@ class LazyTrainingConfig(ExperimentConfig):
     b_std: NonNegativeFloat = 0.1
     widths: Annotated[tuple[Count, ...], Field(min_length=3)] = (64, 128, 256, 512, 1024, 2048)
     seeds: Annotated[int, Field(ge=2)] = 3
-    steps: Count = 100
+    t: Count = 100
     lr_fraction: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.5
     net_dtype: Literal["float32", "float64"] = "float32"
     n_boot: Count = 2000
@@ -247,8 +247,8 @@ def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
         init = ctx.generator(f"init-{s}")
         for j, width in enumerate(config.widths):
             net = arch.to_torch(width, in_features=d, generator=init, dtype=ndt)
-            lin = linearized_test_outputs(net, x_train, y, x_test, lr, config.steps)
-            drift_ntk[s, j], loss_ntk[s, j], div = _train(net, xt, yt, lr, config.steps)
+            lin = linearized_test_outputs(net, x_train, y, x_test, lr, config.t)
+            drift_ntk[s, j], loss_ntk[s, j], div = _train(net, xt, yt, lr, config.t)
             with torch.no_grad():
                 rmse[s, j] = float((net(xs).double() - lin).square().mean().sqrt())
             mup = arch.to_torch(
@@ -256,7 +256,7 @@ def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
             )
             with torch.no_grad():
                 eta_c_mup[s, j] = max_learning_rate(ntk(mup, xt).double(), y.numel())
-            drift_mup[s, j], loss_mup[s, j], div_mup = _train(mup, xt, yt, lr, config.steps)
+            drift_mup[s, j], loss_mup[s, j], div_mup = _train(mup, xt, yt, lr, config.t)
             diverged += [
                 f"{p} width {width} seed {s}" for p, bad in (("ntk", div), ("mup", div_mup)) if bad
             ]
@@ -336,8 +336,7 @@ def _metrics(
         Metric(
             "final_loss_ntk_max",
             float(loss_ntk.max()),
-            note=f"initial loss {0.5 * float(y.square().mean()):.3g} at f0 = 0; "
-            f"{config.steps} steps",
+            note=f"initial loss {0.5 * float(y.square().mean()):.3g} at f0 = 0; {config.t} steps",
         ),
         Metric("final_loss_mup_max", float(loss_mup.max())),
         Metric("diverged_runs", 0.0, predicted="0"),
@@ -402,7 +401,7 @@ def judge(config: LazyTrainingConfig, metrics: Metrics) -> Judgement:
     widths = ", ".join(str(w) for w in config.widths)
     criterion = (
         f"over widths {widths} ({config.seeds} seeds, depth {config.depth}, "
-        f"{config.steps} GD steps at {config.lr_fraction:g} eta_c, {config.n_train} training "
+        f"{config.t} GD steps at {config.lr_fraction:g} eta_c, {config.n_train} training "
         f"points on S^{config.dim - 1}), the log-log slope of the seed-mean relative kernel "
         f"change is in [{NTK_DRIFT_RANGE[0]}, {NTK_DRIFT_RANGE[1]}] (NTK parameterization), "
         f"that of the test RMSE between the network and its linearization is <= "
@@ -466,7 +465,7 @@ def draw(
     ax1.set(
         xlabel="width m",
         ylabel=r"$\|\Theta_T-\Theta_0\|_F/\|\Theta_0\|_F$",
-        title=f"kernel change after {config.steps} GD steps, lr = {config.lr_fraction:g} eta_c",
+        title=f"kernel change after {config.t} GD steps, lr = {config.lr_fraction:g} eta_c",
     )
     ax1.legend(fontsize=8)
     for row in rmse:
@@ -519,7 +518,7 @@ EXPERIMENT = register(
             "tiny": {
                 "widths": (32, 64, 128),
                 "seeds": 2,
-                "steps": 20,
+                "t": 20,
                 "n_train": 12,
                 "n_test": 8,
                 "depth": 2,
@@ -529,7 +528,7 @@ EXPERIMENT = register(
             "paper": {
                 "widths": (64, 128, 256, 512, 1024, 2048, 4096, 8192),
                 "seeds": 10,
-                "steps": 400,
+                "t": 400,
                 "n_train": 64,
             },
         },

@@ -97,8 +97,9 @@ class SparseParityConfig(ExperimentConfig):
         Test points per seed.
     w_std, b_std : float
         Weight (> 0) and bias (>= 0) standard deviations of ``Dense, Relu, Dense``.
-    width, learning_rate, batch_size, weight_decay, loss, steps : various
-        The network and its SGD; ``batch_size`` at most the smallest ``n``.
+    width, learning_rate, batch_size, weight_decay, loss, t : various
+        The network and its SGD (``t`` steps at ``learning_rate``, as in
+        :func:`~ntklab.nets.train`); ``batch_size`` at most the smallest ``n``.
     eval_every, last_evaluations : int
         Test MSE every ``eval_every`` steps (and at the last step); the reported MSE is the
         mean of the last ``last_evaluations`` of them (at most the number of evaluations).
@@ -123,7 +124,7 @@ class SparseParityConfig(ExperimentConfig):
     batch_size: Count = 32
     weight_decay: float = Field(default=0.01, ge=0.0, allow_inf_nan=False)
     loss: Literal["hinge", "mse"] = "hinge"
-    steps: Count = 6000
+    t: Count = 6000
     eval_every: Count = 250
     last_evaluations: Count = 8
     ridges: tuple[PositiveFloat, ...] = Field(
@@ -151,11 +152,11 @@ class SparseParityConfig(ExperimentConfig):
                 f"batch_size: expected at most the smallest n = {self.ns[0]}, received "
                 f"{self.batch_size}"
             )
-        evaluations = _n_evaluations(self.steps, self.eval_every)
+        evaluations = _n_evaluations(self.t, self.eval_every)
         if self.last_evaluations > evaluations:
             raise NtklabValueError(
                 f"last_evaluations: expected at most the {evaluations} evaluations of "
-                f"steps = {self.steps} with eval_every = {self.eval_every}, received "
+                f"t = {self.t} with eval_every = {self.eval_every}, received "
                 f"{self.last_evaluations}"
             )
         return self
@@ -220,7 +221,7 @@ def network_test_mse(
             x,
             y[:, None],
             learning_rate=config.learning_rate,
-            t=config.steps,
+            t=config.t,
             loss=config.loss,
             batch_size=config.batch_size,
             weight_decay=config.weight_decay,
@@ -328,7 +329,7 @@ def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
         notes=(
             f"network: width {config.width}, standard parameterization, SGD lr "
             f"{config.learning_rate}, batch {config.batch_size}, weight decay "
-            f"{config.weight_decay}, {config.loss} loss, {config.steps} steps",
+            f"{config.weight_decay}, {config.loss} loss, {config.t} steps",
             "both methods' outputs clipped to [-1, 1] before the test MSE",
         ),
     )
@@ -425,7 +426,7 @@ EXPERIMENT = register(
                 "seeds": 1,
                 "n_test": 256,
                 "width": 64,
-                "steps": 200,
+                "t": 200,
                 "eval_every": 50,
                 "last_evaluations": 2,
                 "min_ratio": 1.0,
@@ -436,7 +437,7 @@ EXPERIMENT = register(
                 "ns": [250, 500, 1000, 2000, 4000, 8000],
                 "seeds": 5,
                 "n_test": 20000,
-                "steps": 20000,
+                "t": 20000,
                 "min_ratio": 1e4,
             },
         },

@@ -18,7 +18,7 @@ classical bound :math:`(1 - \eta\lambda_{\min})^{2t} L_0` barely moves. Measured
    :math:`f_0 = 0` (an antisymmetric pair whose halves have the D1 width) and from their own
    random initialization; the step is :math:`1/\lambda_{\max}` of each network's empirical NTK
    at initialization;
-3. full-batch GD until the loss has fallen ``drop``-fold (:math:`t^*`, at most ``max_steps``);
+3. full-batch GD until the loss has fallen ``drop``-fold (:math:`t^*`, at most ``max_t``);
    at :math:`t^*` the ratio trace prediction / actual loss, the linearized (spectral) loss and
    the :math:`\lambda_{\min}` bound as a fraction of :math:`L_0`;
 4. verdict (:func:`judge`): linear model within :data:`LINEAR_TOL`; at :math:`t^*` the trace
@@ -167,7 +167,7 @@ class TraceBoundConfig(ExperimentConfig):
         Precision of the networks and their NTK.
     drop : float
         The loss must fall ``drop``-fold (> 1) to define :math:`t^*`.
-    max_steps, chunk_steps, linear_steps : int
+    max_t, chunk_t, linear_t : int
         GD steps at most, steps per training chunk, steps of the linear model; each >= 1.
     max_memory_mb : int
         Memory budget of the empirical NTK in MiB, >= 1.
@@ -190,9 +190,9 @@ class TraceBoundConfig(ExperimentConfig):
     b_std: NonNegativeFloat = 0.1
     net_dtype: Literal["float32", "float64"] = "float32"
     drop: Annotated[float, Field(gt=1, allow_inf_nan=False)] = 100.0
-    max_steps: Count = 4000
-    chunk_steps: Count = 100
-    linear_steps: Count = 200
+    max_t: Count = 4000
+    chunk_t: Count = 100
+    linear_t: Count = 200
     max_memory_mb: Count = 1024
     kernel: Literal["full", "trace"] = "full"
 
@@ -330,14 +330,14 @@ def measure(config: TraceBoundConfig, ctx: RunContext) -> Measurement:
     data, test, source = _load(config, ctx, dtype)
     budget = config.max_memory_mb * 2**20
     linear_error, lin_actual, lin_formula = linear_model_check(
-        data.x, data.targets, config.linear_steps
+        data.x, data.targets, config.linear_t
     )
     metrics = [
         Metric(
             "linear_model_relative_error",
             linear_error,
             predicted=f"<= {LINEAR_TOL:g}",
-            note=f"max over {config.linear_steps} GD steps at eta = 1/lambda_max, float64",
+            note=f"max over {config.linear_t} GD steps at eta = 1/lambda_max, float64",
         ),
     ]
     arrays: dict[str, np.ndarray[Any, Any]] = {
@@ -379,8 +379,8 @@ def measure(config: TraceBoundConfig, ctx: RunContext) -> Measurement:
             y,
             eta=eta,
             drop=config.drop,
-            max_steps=config.max_steps,
-            chunk=config.chunk_steps,
+            max_steps=config.max_t,
+            chunk=config.chunk_t,
         )
         l0 = float(curve[0])
         steps = torch.arange(curve.shape[0])
@@ -462,7 +462,7 @@ def _value(metrics: Metrics, name: str) -> float:
 
 def judge(config: TraceBoundConfig, metrics: Metrics) -> Judgement:
     """Linear model within :data:`LINEAR_TOL`; for every network and init a ``drop``-fold fall
-    within ``max_steps``, the trace prediction within :data:`FACTOR` of the actual loss at
+    within ``max_t``, the trace prediction within :data:`FACTOR` of the actual loss at
     :math:`t^*`, and the :math:`\\lambda_{\\min}` bound >= :data:`LAMBDA_MIN_FRACTION` of
     :math:`L_0`."""
     linear = _value(metrics, "linear_model_relative_error")
@@ -474,7 +474,7 @@ def judge(config: TraceBoundConfig, metrics: Metrics) -> Judgement:
             factor = FACTOR[init]
             if f"steps_to_drop[{tag}]" not in metrics:
                 checks.append(False)
-                parts.append(f"{tag}: no {config.drop:g}-fold drop in {config.max_steps} steps")
+                parts.append(f"{tag}: no {config.drop:g}-fold drop in {config.max_t} steps")
                 continue
             t_star = _value(metrics, f"steps_to_drop[{tag}]")
             ratio = _value(metrics, f"trace_over_actual[{tag}]")
@@ -490,11 +490,11 @@ def judge(config: TraceBoundConfig, metrics: Metrics) -> Judgement:
     widths = {"mlp": f"MLP width {config.mlp_width}", "cnn": f"CNN {config.cnn_channels} channels"}
     criterion = (
         f"the linear model's GD loss within {LINEAR_TOL:g} (max relative difference over "
-        f"{config.linear_steps} steps) of the spectral formula; for the "
+        f"{config.linear_t} steps) of the spectral formula; for the "
         f"{', '.join(widths[n] for n in config.networks)} (depth {config.depth}) on "
         f"{config.n_train} {config.dataset} images, step 1/lambda_max of the {config.kernel} "
         f"empirical NTK, at the first step where the loss has fallen {config.drop:g}-fold "
-        f"(within {config.max_steps} steps): trace prediction / actual loss in {factors}, and "
+        f"(within {config.max_t} steps): trace prediction / actual loss in {factors}, and "
         f"the lambda_min bound >= {LAMBDA_MIN_FRACTION} of the initial loss"
     )
     return Judgement(passed=all(checks), summary="; ".join(parts), criterion=criterion)
@@ -575,9 +575,9 @@ EXPERIMENT = register(
                 "mlp_width": 64,
                 "cnn_channels": 8,
                 "drop": 5.0,
-                "max_steps": 150,
-                "chunk_steps": 50,
-                "linear_steps": 30,
+                "max_t": 150,
+                "chunk_t": 50,
+                "linear_t": 30,
             },
             "quick": {},
             "paper": {
@@ -586,7 +586,7 @@ EXPERIMENT = register(
                 "n_test": 1000,
                 "mlp_width": 2048,
                 "cnn_channels": 128,
-                "max_steps": 20000,
+                "max_t": 20000,
                 "max_memory_mb": 16384,
             },
         },
