@@ -318,72 +318,85 @@ def _geomean(values: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(values))))
 
 
-def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
-    """Test MSE of NTK regression and of the early-stopped network in every cell of the grid.
+def _cell_mse(
+    config: BandlimitedConfig,
+    ctx: RunContext,
+    target: Target,
+    noise: tuple[str, float],
+    n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Test MSEs of the NTK and of the early-stopped network in one cell of the grid, per seed.
+
+    Each seed draws its own sample of ``n`` points (generator ``<target>-n<n>-seed<s>``, so a
+    noisy and a noiseless cell see the same inputs) with label noise of standard deviation
+    ``sd``; the NTK's depth and ridge are chosen on the validation split by
+    :func:`ntk_test_mse`, and the networks of all seeds are trained at once by
+    :func:`network_test_mse` (generator ``net-<target>-<label>-n<n>``).
+
+    Parameters
+    ----------
+    config : BandlimitedConfig
+        The run's config.
+    ctx : RunContext
+        The run's context (named generators).
+    target : {"circle", "sphere"}
+        The target function.
+    noise : tuple of (str, float)
+        The cell's label (``"noisy"`` or ``"noiseless"``) and noise standard deviation.
+    n : int
+        Sample size, validation points included.
 
     Returns
     -------
-    Measurement
-        ``ratio[target,noise,n=N]`` per cell and ``noisy_ratio_max``, ``noisy_ratio_min``,
-        ``noiseless_ratio_max`` over them; arrays ``ntk_mse_<cell>``, ``net_mse_<cell>``
-        (per seed), ``ntk_depth_<cell>``, ``net_stop_<cell>`` and ``ns``.
+    ntk, depths, net, stops : numpy.ndarray
+        Each of shape ``(seeds,)``: NTK test MSE, its chosen depth, the network's test MSE
+        and its stopping step.
     """
-    cells: list[Metric] = []
-    arrays: dict[str, np.ndarray] = {"ns": np.array(config.ns, dtype=np.int64)}
-    ratios: dict[str, list[float]] = {"noisy": [], "noiseless": []}
-    labels = _noise_labels(config)
-    jobs = len(config.targets) * len(labels) * len(config.ns)
-    done = 0
-    for target in config.targets:
-        for label, sd in labels:
-            for n in config.ns:
-                n_fit = n - _n_validation(n, config.validation_fraction)
-                xs, ys, xts, fts = [], [], [], []
-                ntk = np.zeros(config.seeds)
-                depths = np.zeros(config.seeds, dtype=np.int64)
-                for seed in range(config.seeds):
-                    gen = ctx.generator(f"{target}-n{n}-seed{seed}")
-                    x, f, x_test, f_test = _data(target, config, n, gen)
-                    y = f + sd * torch.randn(n, generator=gen, dtype=f.dtype)
-                    ntk[seed], depths[seed], _ = ntk_test_mse(config, x, y, x_test, f_test, n_fit)
-                    xs.append(x)
-                    ys.append(y)
-                    xts.append(x_test)
-                    fts.append(f_test)
-                net, stops = network_test_mse(
-                    config,
-                    torch.stack(xs),
-                    torch.stack(ys),
-                    torch.stack(xts),
-                    torch.stack(fts),
-                    n_fit,
-                    ctx.generator(f"net-{target}-{label}-n{n}"),
-                )
-                ratio = _geomean(ntk / net)
-                ratios[label].append(ratio)
-                key = _key(target, label, n)
-                arrays[f"ntk_mse_{key}"] = ntk
-                arrays[f"net_mse_{key}"] = net
-                arrays[f"ntk_depth_{key}"] = depths
-                arrays[f"net_stop_{key}"] = np.asarray(stops, dtype=np.int64)
-                if label == "noisy":
-                    predicted = f"in [1/{config.ratio_factor:g}, {config.ratio_factor:g}]"
-                else:
-                    predicted = f"< {config.noiseless_max_ratio:g}"
-                cells.append(
-                    Metric(
-                        ratio_name(target, label, n),
-                        ratio,
-                        predicted=predicted,
-                        note=f"NTK {_geomean(ntk):.3g} (depths {sorted(set(depths.tolist()))}) "
-                        f"vs net {_geomean(net):.3g} (stopped at steps "
-                        f"{stops.min()}..{stops.max()})",
-                    )
-                )
-                done += 1
-                ctx.progress(done / jobs, f"{target},{label},n={n}: ratio {ratio:.2f}")
+    label, sd = noise
+    n_fit = n - _n_validation(n, config.validation_fraction)
+    xs, ys, xts, fts = [], [], [], []
+    ntk = np.zeros(config.seeds)
+    depths = np.zeros(config.seeds, dtype=np.int64)
+    for seed in range(config.seeds):
+        gen = ctx.generator(f"{target}-n{n}-seed{seed}")
+        x, f, x_test, f_test = _data(target, config, n, gen)
+        y = f + sd * torch.randn(n, generator=gen, dtype=f.dtype)
+        ntk[seed], depths[seed], _ = ntk_test_mse(config, x, y, x_test, f_test, n_fit)
+        xs.append(x)
+        ys.append(y)
+        xts.append(x_test)
+        fts.append(f_test)
+    net, stops = network_test_mse(
+        config,
+        torch.stack(xs),
+        torch.stack(ys),
+        torch.stack(xts),
+        torch.stack(fts),
+        n_fit,
+        ctx.generator(f"net-{target}-{label}-n{n}"),
+    )
+    return ntk, depths, net, np.asarray(stops, dtype=np.int64)
+
+
+def _summary_metrics(ratios: dict[str, list[float]], config: BandlimitedConfig) -> list[Metric]:
+    """The largest and smallest noisy ratio and the largest noiseless one.
+
+    Parameters
+    ----------
+    ratios : dict of str to list of float
+        NTK / network test MSE ratio (geometric mean over seeds) of every cell, keyed by
+        ``"noisy"`` and ``"noiseless"``; the noisy list is not empty.
+    config : BandlimitedConfig
+        The run's config (the criterion's bounds).
+
+    Returns
+    -------
+    list of Metric
+        ``noisy_ratio_max``, ``noisy_ratio_min`` and, with noiseless cells,
+        ``noiseless_ratio_max``.
+    """
     noisy = ratios["noisy"]
-    summary = [
+    summary: list[Metric] = [
         Metric(
             "noisy_ratio_max",
             max(noisy),
@@ -405,6 +418,53 @@ def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
                 predicted=f"< {config.noiseless_max_ratio:g}",
             )
         )
+    return summary
+
+
+def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
+    """Test MSE of NTK regression and of the early-stopped network in every cell of the grid.
+
+    Returns
+    -------
+    Measurement
+        ``ratio[target,noise,n=N]`` per cell and ``noisy_ratio_max``, ``noisy_ratio_min``,
+        ``noiseless_ratio_max`` over them; arrays ``ntk_mse_<cell>``, ``net_mse_<cell>``
+        (per seed), ``ntk_depth_<cell>``, ``net_stop_<cell>`` and ``ns``.
+    """
+    cells: list[Metric] = []
+    arrays: dict[str, np.ndarray] = {"ns": np.array(config.ns, dtype=np.int64)}
+    ratios: dict[str, list[float]] = {"noisy": [], "noiseless": []}
+    labels = _noise_labels(config)
+    jobs = len(config.targets) * len(labels) * len(config.ns)
+    done = 0
+    for target in config.targets:
+        for label, sd in labels:
+            for n in config.ns:
+                ntk, depths, net, stops = _cell_mse(config, ctx, target, (label, sd), n)
+                ratio = _geomean(ntk / net)
+                ratios[label].append(ratio)
+                key = _key(target, label, n)
+                arrays[f"ntk_mse_{key}"] = ntk
+                arrays[f"net_mse_{key}"] = net
+                arrays[f"ntk_depth_{key}"] = depths
+                arrays[f"net_stop_{key}"] = stops
+                if label == "noisy":
+                    predicted = f"in [1/{config.ratio_factor:g}, {config.ratio_factor:g}]"
+                else:
+                    predicted = f"< {config.noiseless_max_ratio:g}"
+                cells.append(
+                    Metric(
+                        ratio_name(target, label, n),
+                        ratio,
+                        predicted=predicted,
+                        note=f"NTK {_geomean(ntk):.3g} (depths {sorted(set(depths.tolist()))}) "
+                        f"vs net {_geomean(net):.3g} (stopped at steps "
+                        f"{stops.min()}..{stops.max()})",
+                    )
+                )
+                done += 1
+                ctx.progress(done / jobs, f"{target},{label},n={n}: ratio {ratio:.2f}")
+    summary = _summary_metrics(ratios, config)
     return Measurement(
         metrics=(*summary, *cells),
         arrays=arrays,

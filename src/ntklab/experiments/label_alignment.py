@@ -435,6 +435,114 @@ def _predictions(config: LabelAlignmentConfig) -> tuple[str, str]:
     return f"[{l_lo}, {l_hi}] (paper: 2)", f"[{lo}, {hi}] (paper: 1)"
 
 
+def _network_metrics(
+    name: str,
+    m: AlignmentMeasurement,
+    config: LabelAlignmentConfig,
+    *,
+    n_points: int,
+    y_std: float,
+) -> list[Metric]:
+    """The metrics of one network: label, permuted-label and residual slopes, the top-``top_k``
+    label share, the spread of the initial outputs and the eigenvalue range.
+
+    Parameters
+    ----------
+    name : str
+        The network's name, used in the metric names (``label_slope[<name>]``, ...).
+    m : AlignmentMeasurement
+        What :func:`measure_alignment` measured on its empirical NTK.
+    config : LabelAlignmentConfig
+        The run's config (predictions, permutations, ``top_k``).
+    n_points : int
+        Training points, the size of the kernel.
+    y_std : float
+        Standard deviation of the centered one-hot labels, quoted beside ``f0_std``.
+
+    Returns
+    -------
+    list of Metric
+        Eight metrics, in the order the claim's table shows them.
+    """
+    label_pred, res_pred = _predictions(config)
+    return [
+        Metric(
+            f"label_slope[{name}]",
+            m.label.slope,
+            m.label.ci_low,
+            m.label.ci_high,
+            predicted=label_pred,
+            note=_range_note(m.label),
+        ),
+        Metric(
+            f"permuted_label_slope[{name}]",
+            m.permuted.slope,
+            m.permuted.ci_low,
+            m.permuted.ci_high,
+            predicted=f"0 +- {config.permuted_tolerance}",
+            note=f"mean energy over {config.n_permutations} label permutations",
+        ),
+        Metric(
+            f"top{config.top_k}_label_energy[{name}]",
+            m.top_share,
+            predicted=f">= {CHANCE_SHARE_MIN}" if config.criterion == "chance" else None,
+            note=f"share of ||Y||^2 on the top {config.top_k} of {n_points} eigenvectors",
+        ),
+        Metric(
+            f"residual_slope[{name}]",
+            m.residual.slope,
+            m.residual.ci_low,
+            m.residual.ci_high,
+            predicted=res_pred,
+            note=_range_note(m.residual),
+        ),
+        Metric(
+            f"f0_std[{name}]",
+            m.f0_std,
+            note=f"std of the initial outputs f_0 (NTK parameterization); labels' std {y_std:.3f}",
+        ),
+        Metric(f"eigenvalue_max[{name}]", float(m.eigenvalues[0])),
+        Metric(f"eigenvalue_min[{name}]", float(m.eigenvalues[-1])),
+        Metric(
+            f"fit_decades[{name}]",
+            m.label.decades,
+            note="decades of eigenvalues spanned by the fitted range",
+        ),
+    ]
+
+
+def _network_arrays(name: str, f0: Tensor, m: AlignmentMeasurement) -> dict[str, np.ndarray]:
+    """The arrays of one network: initial outputs, eigenvalues, the three energies and, for
+    each fit, its bin centers, binned mean energies and (slope, intercept).
+
+    Parameters
+    ----------
+    name : str
+        The network's name, the suffix of every key.
+    f0 : Tensor
+        Initial outputs, shape ``(n, classes)``.
+    m : AlignmentMeasurement
+        What :func:`measure_alignment` measured on its empirical NTK.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Keys ``f0_<name>``, ``eigenvalues_<name>``, ``<kind>_energy_<name>``,
+        ``<kind>_bin_centers_<name>``, ``<kind>_bin_energy_<name>``, ``<kind>_fit_<name>``.
+    """
+    out: dict[str, np.ndarray] = {}
+    out[f"f0_{name}"] = f0.detach().to(torch.float64).cpu().numpy()
+    out[f"eigenvalues_{name}"] = m.eigenvalues.cpu().numpy()
+    out[f"label_energy_{name}"] = m.label_energy.cpu().numpy()
+    out[f"permuted_energy_{name}"] = m.permuted_energy.cpu().numpy()
+    out[f"residual_energy_{name}"] = m.residual_energy.cpu().numpy()
+    for kind, fit in zip(_FITS, (m.label, m.permuted, m.residual), strict=True):
+        out[f"{kind}_bin_centers_{name}"] = fit.bins.centers.cpu().numpy()
+        out[f"{kind}_bin_energy_{name}"] = fit.bins.mean_energy.cpu().numpy()
+        out[f"{kind}_fit_{name}"] = np.array([fit.slope, fit.intercept])
+    return out
+
+
 def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
     """Each network's empirical NTK spectrum, label / permuted / residual energies, binned
     slopes and the top-``top_k`` label share."""
@@ -444,7 +552,6 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
     )
     budget = config.max_memory_mb * 2**20
     y_std = float(data.targets.std())
-    label_pred, res_pred = _predictions(config)
     metrics: list[Metric] = []
     arrays: dict[str, np.ndarray] = {
         "targets": data.targets.cpu().numpy(),
@@ -477,61 +584,8 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
             top_k=config.top_k,
             generator=ctx.generator(f"analysis-{name}"),
         )
-        metrics += [
-            Metric(
-                f"label_slope[{name}]",
-                m.label.slope,
-                m.label.ci_low,
-                m.label.ci_high,
-                predicted=label_pred,
-                note=_range_note(m.label),
-            ),
-            Metric(
-                f"permuted_label_slope[{name}]",
-                m.permuted.slope,
-                m.permuted.ci_low,
-                m.permuted.ci_high,
-                predicted=f"0 +- {config.permuted_tolerance}",
-                note=f"mean energy over {config.n_permutations} label permutations",
-            ),
-            Metric(
-                f"top{config.top_k}_label_energy[{name}]",
-                m.top_share,
-                predicted=f">= {CHANCE_SHARE_MIN}" if config.criterion == "chance" else None,
-                note=f"share of ||Y||^2 on the top {config.top_k} of {data.x.shape[0]} "
-                "eigenvectors",
-            ),
-            Metric(
-                f"residual_slope[{name}]",
-                m.residual.slope,
-                m.residual.ci_low,
-                m.residual.ci_high,
-                predicted=res_pred,
-                note=_range_note(m.residual),
-            ),
-            Metric(
-                f"f0_std[{name}]",
-                m.f0_std,
-                note="std of the initial outputs f_0 (NTK parameterization); labels' std "
-                f"{y_std:.3f}",
-            ),
-            Metric(f"eigenvalue_max[{name}]", float(m.eigenvalues[0])),
-            Metric(f"eigenvalue_min[{name}]", float(m.eigenvalues[-1])),
-            Metric(
-                f"fit_decades[{name}]",
-                m.label.decades,
-                note="decades of eigenvalues spanned by the fitted range",
-            ),
-        ]
-        arrays[f"f0_{name}"] = f0.detach().to(torch.float64).cpu().numpy()
-        arrays[f"eigenvalues_{name}"] = m.eigenvalues.cpu().numpy()
-        arrays[f"label_energy_{name}"] = m.label_energy.cpu().numpy()
-        arrays[f"permuted_energy_{name}"] = m.permuted_energy.cpu().numpy()
-        arrays[f"residual_energy_{name}"] = m.residual_energy.cpu().numpy()
-        for kind, fit in zip(_FITS, (m.label, m.permuted, m.residual), strict=True):
-            arrays[f"{kind}_bin_centers_{name}"] = fit.bins.centers.cpu().numpy()
-            arrays[f"{kind}_bin_energy_{name}"] = fit.bins.mean_energy.cpu().numpy()
-            arrays[f"{kind}_fit_{name}"] = np.array([fit.slope, fit.intercept])
+        metrics += _network_metrics(name, m, config, n_points=int(data.x.shape[0]), y_std=y_std)
+        arrays |= _network_arrays(name, f0, m)
         ctx.progress((k + 1) / len(config.networks), f"{name}: slopes")
     notes = (
         f"targets: centered one-hot labels (std {y_std:.3f}); residual r_0 = f_0 - Y with f_0 "

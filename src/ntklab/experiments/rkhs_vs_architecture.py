@@ -485,47 +485,52 @@ class _Depth:
     zero: bool
 
 
-def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generator) -> _Depth:
-    """(a) the H^1 equivalence constants and random polynomials, (b) the tent maps' RKHS
-    norms, for the ReLU NTK of one depth."""
-    dtype = torch.float64
+def _equivalence_metrics(
+    config: RkhsVsArchitectureConfig,
+    tag: str,
+    mu: np.ndarray,
+    c_min: np.ndarray,
+    c_max: np.ndarray,
+) -> tuple[list[Metric], list[float]]:
+    """Power-law slopes of the :math:`H^1` equivalence constants over the cut-offs, and the
+    :math:`L^2` ratio :math:`1/\\mu_k` for contrast.
+
+    With :math:`\\|f\\|_{\\mathcal H}^2 / \\|f\\|_{H^1}^2 \\in [c_{min}(K), c_{max}(K)]` for
+    polynomials of degree at most :math:`K`, the RKHS equals :math:`H^1` when neither constant
+    grows with :math:`K` (slopes near 0; the ReLU NTK has :math:`\\mu_k \\sim C k^{-2}` on
+    :math:`S^1`: Bietti & Mairal, 2019), while :math:`1/\\mu_k` grows as :math:`k^2`.
+
+    Parameters
+    ----------
+    config : RkhsVsArchitectureConfig
+        The run's config (``cutoffs``, ``slope_from``).
+    tag : str
+        ``"depth=<L>"``, used in the metric names.
+    mu : numpy.ndarray
+        NTK eigenvalues on :math:`S^1`, shape ``(k_max + 1,)``, positive up to
+        ``max(cutoffs)``.
+    c_min, c_max : numpy.ndarray
+        Equivalence constants at each cut-off, shape ``(len(cutoffs),)``, finite.
+
+    Returns
+    -------
+    metrics : list of Metric
+        ``c_min_slope``, ``c_max_slope``, ``c_min`` at the largest cut-off and
+        ``l2_ratio_slope``.
+    slopes : list of float
+        The slopes of ``c_min`` and ``c_max``.
+    """
     cut = np.array(config.cutoffs, dtype=np.float64)
     fit_mask = cut >= config.slope_from
     k_small = max(config.cutoffs)
-    metrics: list[Metric] = []
-    notes: list[str] = []
-    arrays: dict[str, np.ndarray] = {}
-    slopes: list[float] = []
-    arch = relu_network(depth, config.w_std, config.b_std)
-    arch = relu_network(depth, config.w_std, config.b_std)
-    profile = profile_from_architecture(arch, 2, "ntk")
-    with torch.no_grad():
-        mu = circle_eigenvalues(profile, config.k_max, grid=config.grid, dtype=dtype)
-        ends = profile(torch.tensor([1.0, -1.0], dtype=dtype))
-    mu_np = mu.numpy()
-    spectrum = resolve_spectrum(mu_np, grid=config.grid, profile_max=float(ends.abs().max()))
-    arrays[f"ntk_eigenvalues_depth{depth}"] = mu_np[: k_small + 1]
-    # (a) H^1 equivalence constants, and the L^2 ones for contrast; mu_k at or below the
-    # round-off floor count as zero
-    mu_a = np.where(mu_np[: k_small + 1] > spectrum.floor, mu_np[: k_small + 1], 0.0)
-    _, c_min, c_max = equivalence_constants(mu_a, config.cutoffs)
-    arrays[f"c_min_depth{depth}"], arrays[f"c_max_depth{depth}"] = c_min, c_max
-    tag = f"depth={depth}"
-    if not np.all(np.isfinite(c_max)):
-        first = int(np.argmax(mu_a <= 0))
-        notes.append(
-            f"{tag}: a zero eigenvalue below the cut-off (first at k = {first}, mu_k = "
-            f"{mu_np[first]:.2g} <= {spectrum.floor:.2g}), H^1 not in the RKHS"
-        )
-        return _Depth(metrics, notes, arrays, slopes, None, None, zero=True)
     s_min = fit_power_law(cut[fit_mask], c_min[fit_mask])
     s_max = fit_power_law(cut[fit_mask], c_max[fit_mask])
     k = np.arange(k_small + 1, dtype=np.float64)
-    l2_ratio = 1.0 / mu_np[1 : k_small + 1]
+    l2_ratio = 1.0 / mu[1 : k_small + 1]
     s_l2 = fit_power_law(k[config.slope_from :], l2_ratio[config.slope_from - 1 :])
     slopes = [s_min.slope, s_max.slope]
     pred = f"[-{SLOPE_TOL}, {SLOPE_TOL}]"
-    metrics += [
+    metrics = [
         Metric(f"c_min_slope[{tag}]", s_min.slope, s_min.ci_low, s_min.ci_high, pred),
         Metric(f"c_max_slope[{tag}]", s_max.slope, s_max.ci_low, s_max.ci_high, pred),
         Metric(
@@ -541,17 +546,48 @@ def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generato
             predicted="2 (contrast: RKHS vs L^2 grows as k^2)",
         ),
     ]
-    # random polynomials of each cut-off fall inside [c_min, c_max]
-    rtol = spectrum.floor / float(np.abs(mu_np[: k_small + 1]).max())  # < 1: all resolved here
-    ratios = _random_ratios(config, mu, rtol, gen)
-    arrays[f"random_ratios_depth{depth}"] = ratios
-    excess = float(np.max(np.maximum(1 - ratios / c_min[:, None], ratios / c_max[:, None] - 1)))
-    # (b) RKHS norm of the tent map, from the resolved frequencies and the C k^-2 tail
+    return metrics, slopes
+
+
+def _tent_norms(
+    config: RkhsVsArchitectureConfig, depth: int, spectrum: ResolvedSpectrum
+) -> tuple[list[Metric], list[str], dict[str, np.ndarray], float | None]:
+    """RKHS norms of the tent maps :math:`s_L` under the ReLU NTK of one depth, and their
+    growth per level.
+
+    :math:`s_L` has frequency :math:`2^{L-1}`; with :math:`\\mu_k \\sim C k^{-2}` its squared
+    RKHS norm grows about 4-fold per level, fitted as :math:`e^{-r L}` over the levels from
+    ``growth_from``.
+
+    Parameters
+    ----------
+    config : RkhsVsArchitectureConfig
+        The run's config (``tent_depths``, ``growth_from``, ``k_max``).
+    depth : int
+        Hidden layers of the ReLU NTK.
+    spectrum : ResolvedSpectrum
+        Its eigenvalues on :math:`S^1`, resolved frequencies and tail asymptote.
+
+    Returns
+    -------
+    metrics : list of Metric
+        ``resolved_k``, ``tail_share_max`` and, when every :math:`s_L` is in the RKHS,
+        ``rkhs_growth_per_level``.
+    notes : list of str
+        Which levels are not in the RKHS, when some are not.
+    arrays : dict of str to numpy.ndarray
+        ``tent_rkhs_norm_sq_depth<L>`` and ``tent_tail_share_depth<L>``.
+    factor : float or None
+        Growth per level, None when some :math:`s_L` is not in the RKHS.
+    """
+    tag = f"depth={depth}"
     rkhs, h1, tail_share = tent_rkhs_norms(spectrum, config.tent_depths)
+    notes: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
     arrays[f"tent_rkhs_norm_sq_depth{depth}"] = rkhs
     arrays[f"tent_tail_share_depth{depth}"] = tail_share
     levels = np.array(config.tent_depths, dtype=np.float64)
-    metrics += [
+    metrics = [
         Metric(
             f"resolved_k[{tag}]",
             float(spectrum.k_resolved),
@@ -572,7 +608,7 @@ def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generato
             f"first at k = {first}); counted as a zero-eigenvalue depth and left out of "
             "the growth fit"
         )
-        return _Depth(metrics, notes, arrays, slopes, excess, None, zero=True)
+        return metrics, notes, arrays, None
     sel = levels >= config.growth_from
     fit = fit_exponential_rate(levels[sel], rkhs[sel])
     factor = math.exp(-fit.rate)
@@ -590,7 +626,49 @@ def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generato
             f"{(rkhs / h1).min():.3g}..{(rkhs / h1).max():.3g}",
         )
     )
-    return _Depth(metrics, notes, arrays, slopes, excess, factor, zero=False)
+    return metrics, notes, arrays, factor
+
+
+def _one_depth(config: RkhsVsArchitectureConfig, depth: int, gen: torch.Generator) -> _Depth:
+    """(a) the H^1 equivalence constants and random polynomials, (b) the tent maps' RKHS
+    norms, for the ReLU NTK of one depth."""
+    dtype = torch.float64
+    k_small = max(config.cutoffs)
+    notes: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    arch = relu_network(depth, config.w_std, config.b_std)
+    profile = profile_from_architecture(arch, 2, "ntk")
+    with torch.no_grad():
+        mu = circle_eigenvalues(profile, config.k_max, grid=config.grid, dtype=dtype)
+        ends = profile(torch.tensor([1.0, -1.0], dtype=dtype))
+    mu_np = mu.numpy()
+    spectrum = resolve_spectrum(mu_np, grid=config.grid, profile_max=float(ends.abs().max()))
+    arrays[f"ntk_eigenvalues_depth{depth}"] = mu_np[: k_small + 1]
+    # (a) H^1 equivalence constants, and the L^2 ones for contrast; mu_k at or below the
+    # round-off floor count as zero
+    mu_a = np.where(mu_np[: k_small + 1] > spectrum.floor, mu_np[: k_small + 1], 0.0)
+    _, c_min, c_max = equivalence_constants(mu_a, config.cutoffs)
+    arrays[f"c_min_depth{depth}"], arrays[f"c_max_depth{depth}"] = c_min, c_max
+    tag = f"depth={depth}"
+    if not np.all(np.isfinite(c_max)):
+        first = int(np.argmax(mu_a <= 0))
+        notes.append(
+            f"{tag}: a zero eigenvalue below the cut-off (first at k = {first}, mu_k = "
+            f"{mu_np[first]:.2g} <= {spectrum.floor:.2g}), H^1 not in the RKHS"
+        )
+        return _Depth([], notes, arrays, [], None, None, zero=True)
+    metrics, slopes = _equivalence_metrics(config, tag, mu_np, c_min, c_max)
+    # random polynomials of each cut-off fall inside [c_min, c_max]
+    rtol = spectrum.floor / float(np.abs(mu_np[: k_small + 1]).max())  # < 1: all resolved here
+    ratios = _random_ratios(config, mu, rtol, gen)
+    arrays[f"random_ratios_depth{depth}"] = ratios
+    excess = float(np.max(np.maximum(1 - ratios / c_min[:, None], ratios / c_max[:, None] - 1)))
+    # (b) RKHS norm of the tent map, from the resolved frequencies and the C k^-2 tail
+    tent_metrics, tent_notes, tent_arrays, factor = _tent_norms(config, depth, spectrum)
+    metrics += tent_metrics
+    notes += tent_notes
+    arrays |= tent_arrays
+    return _Depth(metrics, notes, arrays, slopes, excess, factor, zero=factor is None)
 
 
 def measure(config: RkhsVsArchitectureConfig, ctx: RunContext) -> Measurement:

@@ -238,6 +238,78 @@ def _geomean(values: np.ndarray, axis: int | None = None) -> Any:
     return np.exp(np.mean(np.log(values), axis=axis))
 
 
+def _grid_metrics(
+    config: SparseParityConfig,
+    *,
+    ntk: np.ndarray,
+    net: np.ndarray,
+    ridges: np.ndarray,
+    diverged: np.ndarray,
+) -> list[Metric]:
+    """The metrics of the grid: the criterion's figures at ``criterion_n``, the diverged runs,
+    and the NTK / network ratio at every ``n``.
+
+    The ratio of a seed is :math:`\\text{MSE}_{NTK} / \\max(\\text{MSE}_{net}, \\epsilon)`
+    with :math:`\\epsilon` = ``MSE_FLOOR``; the reported ratio is its geometric mean over seeds.
+
+    Parameters
+    ----------
+    config : SparseParityConfig
+        The run's config.
+    ntk, net, ridges : numpy.ndarray
+        Clipped test MSEs of the NTK and of the network, and the NTK's chosen ridge relative
+        to its mean diagonal, each of shape ``(seeds, len(ns))``.
+    diverged : numpy.ndarray
+        1 where the network's loss became non-finite, shape ``(seeds, len(ns))``.
+
+    Returns
+    -------
+    list of Metric
+        ``mse_ratio``, ``ntk_mse_over_var`` and ``net_mse`` at ``criterion_n``,
+        ``diverged_runs``, then ``ratio[n=N]`` per size.
+    """
+    ns = list(config.ns)
+    geo = _geomean(ntk / np.maximum(net, MSE_FLOOR), axis=0)  # per n
+    j = ns.index(config.criterion_n)
+    n_at = config.criterion_n
+    metrics: list[Metric] = [
+        Metric(
+            _name("mse_ratio", n_at),
+            float(geo[j]),
+            predicted=f">= {config.min_ratio:g}",
+            note=f"NTK / network clipped test MSE, geometric mean over {config.seeds} seeds",
+        ),
+        Metric(
+            _name("ntk_mse_over_var", n_at),
+            float(ntk[:, j].mean()) / VAR_Y,
+            predicted=f">= {config.ntk_floor:g}",
+            note="mean over seeds; it only falls once n ~ d^k",
+        ),
+        Metric(
+            _name("net_mse", n_at),
+            float(_geomean(np.maximum(net[:, j], MSE_FLOOR))),
+            note=f"mean of the last {config.last_evaluations} evaluations (every "
+            f"{config.eval_every} steps), geometric mean over seeds",
+        ),
+        Metric(
+            "diverged_runs",
+            float(diverged.sum()),
+            predicted="0",
+            note=f"network runs (of {diverged.size}) whose loss became non-finite",
+        ),
+    ]
+    for i, n in enumerate(ns):
+        metrics.append(
+            Metric(
+                _name("ratio", n),
+                float(geo[i]),
+                note=f"NTK {ntk[:, i].mean():.3g} (ridge/diag {np.median(ridges[:, i]):.2g}), "
+                f"net {net[:, i].mean():.3g}",
+            )
+        )
+    return metrics
+
+
 def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
     """Clipped test MSE of NTK regression and of the SGD-trained network at every ``n``.
 
@@ -277,44 +349,7 @@ def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
                 f"seed {seed}, n={n}: NTK {ntk[seed, i]:.3g}, net {value:.3g}",
             )
     ratios = ntk / np.maximum(net, MSE_FLOOR)
-    geo = _geomean(ratios, axis=0)  # per n
-    j = ns.index(config.criterion_n)
-    n_at = config.criterion_n
-    metrics: list[Metric] = [
-        Metric(
-            _name("mse_ratio", n_at),
-            float(geo[j]),
-            predicted=f">= {config.min_ratio:g}",
-            note=f"NTK / network clipped test MSE, geometric mean over {config.seeds} seeds",
-        ),
-        Metric(
-            _name("ntk_mse_over_var", n_at),
-            float(ntk[:, j].mean()) / VAR_Y,
-            predicted=f">= {config.ntk_floor:g}",
-            note="mean over seeds; it only falls once n ~ d^k",
-        ),
-        Metric(
-            _name("net_mse", n_at),
-            float(_geomean(np.maximum(net[:, j], MSE_FLOOR))),
-            note=f"mean of the last {config.last_evaluations} evaluations (every "
-            f"{config.eval_every} steps), geometric mean over seeds",
-        ),
-        Metric(
-            "diverged_runs",
-            float(diverged.sum()),
-            predicted="0",
-            note=f"network runs (of {diverged.size}) whose loss became non-finite",
-        ),
-    ]
-    for i, n in enumerate(ns):
-        metrics.append(
-            Metric(
-                _name("ratio", n),
-                float(geo[i]),
-                note=f"NTK {ntk[:, i].mean():.3g} (ridge/diag {np.median(ridges[:, i]):.2g}), "
-                f"net {net[:, i].mean():.3g}",
-            )
-        )
+    metrics = _grid_metrics(config, ntk=ntk, net=net, ridges=ridges, diverged=diverged)
     return Measurement(
         metrics=tuple(metrics),
         arrays={

@@ -193,6 +193,62 @@ def _listed(values: tuple[Any, ...]) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
+def _smooth_spectrum(
+    name: Literal["erf", "tanh"], config: SpectrumS1Config, dtype: torch.dtype
+) -> tuple[np.ndarray, float, list[Metric]]:
+    """The NTK spectrum of one smooth activation on :math:`S^1` and its exponential decay.
+
+    The network is ``smooth_depth`` hidden layers of ``name`` (no bias); its eigenvalues
+    :math:`\\mu_k` are fitted by :math:`\\log \\mu_k = a - r k` (an exponential rate) and by
+    a power law over the nonzero ones, ``k >= 1``.
+
+    Parameters
+    ----------
+    name : {"erf", "tanh"}
+        The activation.
+    config : SpectrumS1Config
+        The run's config (``smooth_depth``, ``smooth_w_std``, ``k_max``, ``grid``).
+    dtype : torch.dtype
+        Precision of the kernel evaluations.
+
+    Returns
+    -------
+    mu : numpy.ndarray
+        Eigenvalues, shape ``(k + 1,)`` with ``k = min(k_max, SMOOTH_K_MAX)``.
+    rate : float
+        The fitted exponential rate :math:`r`.
+    metrics : list of Metric
+        The rate with its interval and the :math:`R^2` of both fits.
+    """
+    act = nk.Erf() if name == "erf" else nk.Tanh()
+    arch = relu_network(config.smooth_depth, config.smooth_w_std, 0.0, act)
+    mu = spectrum(
+        arch, "ntk", min(config.k_max, SMOOTH_K_MAX), min(config.grid, SMOOTH_GRID), dtype
+    )
+    ks, _ = _nonzero(mu, 1, mu.shape[0] - 1)
+    expo = fit_exponential_rate(ks, np.abs(mu[ks]))
+    power = fit_power_law(ks, np.abs(mu[ks]))
+    span = f"over k = {ks[0]}..{ks[-1]} (nonzero, above rounding)"
+    metrics = [
+        Metric(
+            f"{name}_exponential_rate",
+            expo.rate,
+            expo.ci_low,
+            expo.ci_high,
+            predicted="> 0 (faster than any power)",
+            note=f"r2 exponential {expo.r2:.4f} vs power law {power.r2:.4f} {span}",
+        ),
+        Metric(
+            f"{name}_r2_exponential",
+            expo.r2,
+            predicted=f"> {name}_r2_power_law",
+            note=f"log mu_k linear in k, {span}",
+        ),
+        Metric(f"{name}_r2_power_law", power.r2, note=f"log mu_k linear in log k, {span}"),
+    ]
+    return mu, expo.rate, metrics
+
+
 def measure(config: SpectrumS1Config, ctx: RunContext) -> Measurement:
     """Spectra, slopes, constants and smooth-activation rates of the config's grid."""
     dtype = config.torch_dtype
@@ -244,34 +300,10 @@ def measure(config: SpectrumS1Config, ctx: RunContext) -> Measurement:
 
     rates = []
     for name in config.smooth:
-        act = nk.Erf() if name == "erf" else nk.Tanh()
-        arch = relu_network(config.smooth_depth, config.smooth_w_std, 0.0, act)
-        mu = spectrum(
-            arch, "ntk", min(config.k_max, SMOOTH_K_MAX), min(config.grid, SMOOTH_GRID), dtype
-        )
+        mu, rate, smooth_metrics = _smooth_spectrum(name, config, dtype)
         arrays[f"ntk_{name}"] = mu
-        ks, _ = _nonzero(mu, 1, mu.shape[0] - 1)
-        expo = fit_exponential_rate(ks, np.abs(mu[ks]))
-        power = fit_power_law(ks, np.abs(mu[ks]))
-        rates.append(expo.rate)
-        span = f"over k = {ks[0]}..{ks[-1]} (nonzero, above rounding)"
-        metrics += [
-            Metric(
-                f"{name}_exponential_rate",
-                expo.rate,
-                expo.ci_low,
-                expo.ci_high,
-                predicted="> 0 (faster than any power)",
-                note=f"r2 exponential {expo.r2:.4f} vs power law {power.r2:.4f} {span}",
-            ),
-            Metric(
-                f"{name}_r2_exponential",
-                expo.r2,
-                predicted=f"> {name}_r2_power_law",
-                note=f"log mu_k linear in k, {span}",
-            ),
-            Metric(f"{name}_r2_power_law", power.r2, note=f"log mu_k linear in log k, {span}"),
-        ]
+        rates.append(rate)
+        metrics += smooth_metrics
         done += 1
         ctx.progress(done / jobs, f"{name} spectrum")
     arrays["smooth_exponential_rates"] = np.array(rates)
