@@ -177,3 +177,68 @@ def test_elementwise_refuses_a_nan_derivative_and_names_a_lambda() -> None:
         match=r"the derivative of fn \(by autograd\) = nan at x = -.* for <lambda> \(name 'rs'",
     ):
         nl.Elementwise(lambda t: torch.where(t > 0, t.sqrt(), 0.0), "rs")
+
+
+@pytest.mark.parametrize(
+    ("build", "where", "this", "that"),
+    [
+        (lambda: [nl.Dense(w_std=1.0), nl.Relu(), nl.Relu(), nl.Dense(w_std=1.0)], 2, "Relu", 1),
+        # Dropout (the identity at inference) only passes the relu's output on
+        (lambda: [nl.Dense(w_std=1.0), nl.Relu(), nl.Dropout(0.1), nl.Erf()], 3, "Erf", 1),
+        (lambda: [nl.Dense(w_std=1.0), nl.Erf(), nl.Elementwise(torch.tanh, "tanh")], 2, "tanh", 1),
+    ],
+)
+def test_an_activation_directly_after_an_activation_is_refused(
+    build: Callable[[], list[nl.Layer]], where: int, this: str, that: int
+) -> None:
+    """Before, ``serial(Dense, Relu, Relu, Dense)`` applied the ReLU dual to the covariance
+    of a ReLU output, which is not Gaussian, and returned a wrong kernel without a word."""
+    layers = build()
+    prev = type(layers[that]).__name__
+    with pytest.raises(NtklabValueError) as info:
+        nl.serial(*layers)
+    text = str(info.value)
+    assert text.startswith(f"layers[{where}]: expected a Dense or Conv layer before the ")
+    assert f"activation {this}, got it directly after the activation {prev} at layers[{that}]" in (
+        text
+    )
+    assert f"x -> {this}({prev}(x)) use one Elementwise(fn, name)" in text
+
+
+def test_an_activation_after_an_activation_in_a_branch_is_refused() -> None:
+    from ntklab.kernels import FanInSum, FanOut, parallel
+
+    branch = [nl.Dense(w_std=1.0), nl.Relu(), nl.Abs()]
+    with pytest.raises(NtklabValueError, match=r"layers\[2\]\.branches\[1\]\[2\]: expected a"):
+        nl.serial(nl.Dense(w_std=1.0), FanOut(2), parallel(nl.Identity(), branch), FanInSum())
+
+
+def test_activations_separated_by_a_layer_with_weights_or_identity_are_accepted() -> None:
+    """``Identity`` is exact on any input, and a Dense layer makes the next input Gaussian."""
+    nl.serial(nl.Dense(w_std=1.0), nl.Relu(), nl.Identity(), nl.Dense(w_std=1.0), nl.Relu())
+    nl.serial(nl.Dense(w_std=1.0), nl.Identity(), nl.Relu(), nl.Dense(w_std=1.0))
+
+
+def test_from_torch_refuses_two_activations_in_a_row() -> None:
+    net = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Tanh(), torch.nn.Linear(4, 1)
+    )
+    with pytest.raises(NtklabValueError, match=r"directly after the activation Relu"):
+        nl.from_torch(net)
+
+
+def test_the_composed_nonlinearity_as_one_elementwise_is_right_and_two_duals_are_wrong() -> None:
+    """relu(relu(u)) = relu(u): ``Elementwise`` of the composition gives the arc-cosine
+    kernel (closed form, Cho & Saul, 2009), while applying the ReLU dual twice (what the
+    refused chain computed) does not."""
+    a, b, c = PAIRS[:, 0], PAIRS[:, 1], PAIRS[:, 2]
+    composed = nl.Elementwise(lambda t: torch.relu(torch.relu(t)), "relu2")
+    got, got_dot = composed.dual(c.clone(), a, b, inplace=False, derivative=True)
+    want, want_dot = nl.Relu().dual(c.clone(), a, b, inplace=False, derivative=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-8)
+    assert got_dot is not None and want_dot is not None
+    torch.testing.assert_close(got_dot, want_dot, rtol=0, atol=1e-8)
+    va, _ = nl.Relu().dual(a.clone(), a, a, inplace=False, derivative=False)
+    vb, _ = nl.Relu().dual(b.clone(), b, b, inplace=False, derivative=False)
+    twice, _ = nl.Relu().dual(want.clone(), va, vb, inplace=False, derivative=False)
+    assert float((twice - want).abs().max()) > 0.1

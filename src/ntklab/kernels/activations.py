@@ -31,7 +31,7 @@ import dataclasses
 import math
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,6 +65,12 @@ __all__ = [
 ]
 
 _TWO_PI = 2.0 * math.pi
+
+
+def _activation_name(layer: Layer) -> str:
+    """``Relu``, ``Erf``, ..., or the ``name`` of an :class:`Elementwise`."""
+    name = getattr(layer, "name", None)
+    return name if isinstance(name, str) and name else type(layer).__name__
 
 
 class ElementwiseActivation(nn.Module):
@@ -102,6 +108,39 @@ class Activation(Layer):
         ``var1``/``var2`` broadcast against ``cov``. With ``inplace=True`` the first output
         may reuse ``cov``'s memory. The second is ``None`` when ``derivative`` is False.
         """
+
+    def check_in_chain(
+        self, layers: Sequence[Layer], index: int, where: str, in_branch: bool
+    ) -> None:
+        """Raise when the nearest layer before this one that does more than average or
+        reshape (pooling, ``Flatten``, ``Dropout`` and ``Identity`` are looked through) is
+        itself an activation.
+
+        The dual kernels :math:`E[\\phi(u)\\phi(v)]` and :math:`E[\\phi'(u)\\phi'(v)]` are
+        expectations over Gaussian pre-activations :math:`(u, v)` (Neal, 1996; Lee et al.,
+        2018), which a layer with fresh weights provides at infinite width. The output of an
+        activation is not Gaussian (:math:`\\mathrm{relu}(u) \\ge 0`), so applying a second
+        dual to its covariance gives a wrong kernel; the composition :math:`\\phi(\\psi(x))`
+        is one activation, :class:`Elementwise`.
+        """
+        super().check_in_chain(layers, index, where, in_branch)
+        if self.passes_through:
+            return
+        before = next((j for j in range(index - 1, -1, -1) if not layers[j].passes_through), None)
+        if before is None:
+            return
+        prev = layers[before]
+        if not prev.reads_preactivations or prev.passes_through:
+            return
+        this, that = _activation_name(self), _activation_name(prev)
+        raise NtklabValueError(
+            f"{where}[{index}]: expected a Dense or Conv layer before the activation {this}, "
+            f"got it directly after the activation {that} at {where}[{before}]; an "
+            "activation's kernel assumes Gaussian pre-activations and the output of "
+            f"{that} is not Gaussian. For the composed nonlinearity x -> {this}({that}(x)) use "
+            "one Elementwise(fn, name) in place of both (its kernel by quadrature), or put a "
+            "Dense or Conv layer between them"
+        )
 
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
         if state.product:
