@@ -245,11 +245,251 @@ def _data(config: GpConvergenceConfig, gen: torch.Generator) -> tuple[Tensor, Te
     return x, y, x_test
 
 
+def _gaussian_targets(
+    arch: nk.Architecture,
+    x: Tensor,
+    y: Tensor,
+    x_test: Tensor,
+    times: Tensor,
+    steps: list[int],
+    eta: float,
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Mean and standard deviation of :math:`\\mathcal{G}_t(x)` at the test input, for gradient
+    flow at ``times`` and for discrete GD of step ``eta`` at ``steps``.
+
+    Parameters
+    ----------
+    arch : Architecture
+        The shallow network.
+    x : Tensor, shape (n_train, n_0)
+    y : Tensor, shape (n_train, 1)
+    x_test : Tensor, shape (1, n_0)
+    times : Tensor, shape (T,)
+        Gradient-flow times.
+    steps : list of int, length T
+        GD step counts, ``round(time / eta)``.
+    eta : float
+        GD step.
+
+    Returns
+    -------
+    flow, gd : list of (float, float), length T
+        ``(mu, sd)`` per time, of the flow Gaussian and of the discrete-GD Gaussian.
+    """
+    flow = ensemble_dynamics(arch, x, y, learning_rate=1.0, schedule="flow", normalization="sum")
+    gd = ensemble_dynamics(arch, x, y, learning_rate=eta, schedule="gd", normalization="sum")
+    g_flow = flow.predict(times, x_test, "ntk", compute_cov=True)
+    g_gd = gd.predict(torch.tensor(steps, dtype=torch.float64), x_test, "ntk", compute_cov=True)
+    return [_point(g_flow, j) for j in range(len(steps))], [
+        _point(g_gd, j) for j in range(len(steps))
+    ]
+
+
+def _trained_outputs(
+    config: GpConvergenceConfig,
+    arch: nk.Architecture,
+    width: int,
+    data: tuple[Tensor, Tensor, Tensor],
+    steps: list[int],
+    gen: torch.Generator,
+) -> list[Tensor]:
+    """Train ``config.n_samples`` networks of width ``width`` and return their test outputs.
+
+    Parameters
+    ----------
+    data : (Tensor, Tensor, Tensor)
+        ``x`` (n_train, n_0), ``y`` (n_train, 1), ``x_test`` (1, n_0).
+    steps : list of int, length T
+        GD step counts at which the outputs are read.
+
+    Returns
+    -------
+    list of Tensor, length T, each shape (M,), float64
+        :math:`f_{s}(x_{test})` of the M members after ``steps[j]`` steps.
+    """
+    x, y, x_test = data
+    tdtype = torch.float32 if config.train_dtype == "float32" else torch.float64
+    ens = ensemble(
+        arch, config.n_samples, width, in_features=config.input_dim, generator=gen, dtype=tdtype
+    )
+    trained = train_ensemble(
+        ens,
+        x.to(tdtype),
+        y.to(tdtype),
+        learning_rate=config.learning_rate,
+        t=max(steps),
+        normalization="sum",
+        x_test=x_test.to(tdtype),
+        record_t=sorted(set(steps)),
+    )
+    assert trained.test_outputs is not None
+    recorded = trained.steps.tolist()
+    return [trained.test_outputs[recorded.index(s), :, 0, 0].to(torch.float64) for s in steps]
+
+
+def _slope_metrics(
+    tag: str, fits: tuple[ResolvedSlope, ...], standard_errors: tuple[float, float], n_widths: int
+) -> tuple[list[Metric], list[str]]:
+    """Metrics of the four slopes (W2^2, variance error, mean error, W2^2 to the GD Gaussian)
+    at one activation and time; a slope not fitted gives a note instead.
+
+    Parameters
+    ----------
+    tag : str
+        ``"{activation},t={time}"``.
+    fits : tuple of 4 ResolvedSlope
+        In the order above.
+    standard_errors : (float, float)
+        Standard errors of the sample mean and of the sample variance.
+    n_widths : int
+        Number of widths measured.
+
+    Returns
+    -------
+    metrics : list of Metric
+    notes : list of str
+    """
+    fit, fit_var, fit_mean, fit_gd = fits
+    mean_se, var_se = standard_errors
+    metrics: list[Metric] = []
+    notes: list[str] = []
+    for label, f, predicted, note in (
+        ("w2_slope", fit, f"<= {SLOPE_MAX} (bound: log n1 / n1)", ""),
+        (
+            "variance_error_slope",
+            fit_var,
+            f"[{VARIANCE_RANGE[0]}, {VARIANCE_RANGE[1]}]",
+            f"|sample variance - sigma_t^2|, standard error {var_se:.2g}; ",
+        ),
+        (
+            "mean_error_slope",
+            fit_mean,
+            None,
+            f"|sample mean - mu_t|, standard error {mean_se:.2g}; ",
+        ),
+        (
+            "w2_slope_vs_gd_gaussian",
+            fit_gd,
+            None,
+            "distance to the Gaussian of the same discrete GD (no step bias); ",
+        ),
+    ):
+        widths_text = ", ".join(map(str, f.resolved)) or "none"
+        if math.isfinite(f.slope):
+            metrics.append(
+                Metric(
+                    f"{label}[{tag}]",
+                    f.slope,
+                    f.ci_low,
+                    f.ci_high,
+                    predicted=predicted,
+                    note=f"{note}resolved widths {widths_text} of {n_widths}",
+                )
+            )
+        else:
+            notes.append(f"{label}[{tag}]: not fitted, resolved widths: {widths_text}")
+    return metrics, notes
+
+
+def _time_summary(
+    config: GpConvergenceConfig,
+    name: str,
+    j: int,
+    widths: np.ndarray,
+    errors: dict[str, np.ndarray],
+    gaussians: tuple[tuple[float, float], tuple[float, float]],
+    steps: list[int],
+) -> tuple[list[Metric], list[str], dict[str, np.ndarray[Any, Any]]]:
+    """Slopes, resolved widths, discretization error and arrays of one activation at time
+    index ``j``.
+
+    Parameters
+    ----------
+    name : str
+        Activation.
+    widths : ndarray, shape (W,)
+    errors : dict of str to ndarray, each shape (T, W)
+        ``w2``, ``w2_err``, ``w2_gd``, ``w2_gd_err`` (debiased W2^2 to the flow and GD
+        Gaussians with bootstrap standard errors), ``mean_err``, ``var_err``.
+    gaussians : ((float, float), (float, float))
+        ``(mu, sd)`` of the flow Gaussian and of the GD Gaussian at time ``j``.
+    steps : list of int, length T
+
+    Returns
+    -------
+    metrics : list of Metric
+    notes : list of str
+    arrays : dict of str to ndarray
+        Keyed ``{quantity}_{name}_t{j}``.
+    """
+    t = config.times[j]
+    tag = _tag(name, t)
+    (mu, sd), (mu_gd, sd_gd) = gaussians
+    w2, w2_err = errors["w2"][j], errors["w2_err"][j]
+    var_se = sd**2 * math.sqrt(2.0 / (config.n_samples - 1))
+    mean_se = sd / math.sqrt(config.n_samples)
+    sigmas = config.resolve_sigmas
+    fit = resolved_slope(widths, w2, w2_err, sigmas)
+    fit_gd = resolved_slope(widths, errors["w2_gd"][j], errors["w2_gd_err"][j], sigmas)
+    fit_var = resolved_slope(widths, errors["var_err"][j], np.full(len(widths), var_se), sigmas)
+    fit_mean = resolved_slope(widths, errors["mean_err"][j], np.full(len(widths), mean_se), sigmas)
+    disc = float(
+        w2_squared_gaussians(
+            torch.tensor([mu_gd]),
+            torch.tensor([[sd_gd**2]]),
+            torch.tensor([mu]),
+            torch.tensor([[sd**2]]),
+        )
+    )
+    resolved = np.isin(widths, np.array(fit.resolved, dtype=np.float64))
+    metrics, notes = _slope_metrics(
+        tag, (fit, fit_var, fit_mean, fit_gd), (mean_se, var_se), len(widths)
+    )
+    metrics += [
+        Metric(
+            f"resolved_widths[{tag}]",
+            len(fit.resolved),
+            predicted=f">= {MIN_RESOLVED}",
+            note=f"widths with W2^2 - floor > {config.resolve_sigmas:g} standard errors: "
+            + (", ".join(map(str, fit.resolved)) or "none"),
+        ),
+        Metric(
+            f"discretization_w2[{tag}]",
+            disc,
+            predicted="< smallest_resolved_w2",
+            note=f"W2^2(GD Gaussian, flow Gaussian), step {config.learning_rate:g}, "
+            f"{steps[j]} steps",
+        ),
+    ]
+    if fit.resolved:
+        metrics.append(
+            Metric(
+                f"smallest_resolved_w2[{tag}]",
+                float(w2[resolved].min()),
+                note="smallest W2^2 - floor over the resolved widths",
+            )
+        )
+    metrics.append(Metric(f"gaussian_std[{tag}]", sd, note=f"G_t(x) mean {mu:.4f}"))
+    key = f"{name}_t{j}"
+    arrays: dict[str, np.ndarray[Any, Any]] = {
+        f"w2_{key}": w2,
+        f"w2_stderr_{key}": w2_err,
+        f"w2_gd_{key}": errors["w2_gd"][j],
+        f"w2_gd_stderr_{key}": errors["w2_gd_err"][j],
+        f"resolved_{key}": resolved,
+        f"mean_error_{key}": errors["mean_err"][j],
+        f"variance_error_{key}": errors["var_err"][j],
+        f"standard_errors_{key}": np.array([mean_se, var_se]),
+        f"gaussians_{key}": np.array([mu, sd, mu_gd, sd_gd]),
+    }
+    return metrics, notes, arrays
+
+
 def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
     """Train the ensembles of every activation and width, and measure their distance to
     :math:`\\mathcal{G}_t(x)` at every time (arrays per ``{activation}_t{time index}``)."""
-    x, y, x_test = _data(config, ctx.generator("data"))
-    tdtype = torch.float32 if config.train_dtype == "float32" else torch.float64
+    data = _data(config, ctx.generator("data"))
+    x, y, x_test = data
     widths = np.array(config.widths, dtype=np.float64)
     eta = config.learning_rate
     steps = [round(t / eta) for t in config.times]
@@ -262,154 +502,42 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
     floor_scaled: list[float] = []
     for name in config.activations:
         arch = shallow_network(name)
-        flow = ensemble_dynamics(
-            arch, x, y, learning_rate=1.0, schedule="flow", normalization="sum"
-        )
-        gd = ensemble_dynamics(arch, x, y, learning_rate=eta, schedule="gd", normalization="sum")
-        g_flow = flow.predict(times, x_test, "ntk", compute_cov=True)
-        g_gd = gd.predict(torch.tensor(steps, dtype=torch.float64), x_test, "ntk", compute_cov=True)
-        targets = [_point(g_flow, j) for j in range(len(steps))]
-        gd_targets = [_point(g_gd, j) for j in range(len(steps))]
+        targets, gd_targets = _gaussian_targets(arch, x, y, x_test, times, steps, eta)
         shape = (len(steps), len(config.widths))
-        w2, w2_err, w2_gd, w2_gd_err = (np.empty(shape) for _ in range(4))
-        mean_err, var_err = np.empty(shape), np.empty(shape)
+        errors = {
+            k: np.empty(shape)
+            for k in ("w2", "w2_err", "w2_gd", "w2_gd_err", "mean_err", "var_err")
+        }
         for i, width in enumerate(config.widths):
-            gen = ctx.generator(f"init-{name}-{width}")
-            ens = ensemble(
-                arch,
-                config.n_samples,
-                width,
-                in_features=config.input_dim,
-                generator=gen,
-                dtype=tdtype,
+            outs = _trained_outputs(
+                config, arch, width, data, steps, ctx.generator(f"init-{name}-{width}")
             )
-            trained = train_ensemble(
-                ens,
-                x.to(tdtype),
-                y.to(tdtype),
-                learning_rate=eta,
-                t=max(steps),
-                normalization="sum",
-                x_test=x_test.to(tdtype),
-                record_t=sorted(set(steps)),
-            )
-            assert trained.test_outputs is not None
-            recorded = trained.steps.tolist()
-            for j, s in enumerate(steps):
-                out = trained.test_outputs[recorded.index(s), :, 0, 0].to(torch.float64)
+            for j, out in enumerate(outs):
                 mu, sd = targets[j]
                 fgen = ctx.generator(f"floor-{name}-{width}-{j}")
-                d = debiased_w2_to_normal(
-                    out, mu, sd, repeats=config.floor_repeats, n_boot=config.n_boot, generator=fgen
-                )
-                mu_gd, sd_gd = gd_targets[j]
-                d_gd = debiased_w2_to_normal(
-                    out,
-                    mu_gd,
-                    sd_gd,
-                    repeats=config.floor_repeats,
-                    n_boot=config.n_boot,
-                    generator=fgen,
-                )
-                w2[j, i], w2_err[j, i] = d.value, d.stderr
-                w2_gd[j, i], w2_gd_err[j, i] = d_gd.value, d_gd.stderr
-                mean_err[j, i] = abs(float(out.mean()) - mu)
-                var_err[j, i] = abs(float(out.var()) - sd**2)
-                floor_scaled.append(d.floor.scaled_mean)
+                for (m, s), key in ((targets[j], "w2"), (gd_targets[j], "w2_gd")):
+                    d = debiased_w2_to_normal(
+                        out,
+                        m,
+                        s,
+                        repeats=config.floor_repeats,
+                        n_boot=config.n_boot,
+                        generator=fgen,
+                    )
+                    errors[key][j, i], errors[f"{key}_err"][j, i] = d.value, d.stderr
+                    if key == "w2":
+                        floor_scaled.append(d.floor.scaled_mean)
+                errors["mean_err"][j, i] = abs(float(out.mean()) - mu)
+                errors["var_err"][j, i] = abs(float(out.var()) - sd**2)
             done += 1
             ctx.progress(done / jobs, f"{name}, width {width}")
-        for j, t in enumerate(config.times):
-            tag = _tag(name, t)
-            mu, sd = targets[j]
-            mu_gd, sd_gd = gd_targets[j]
-            var_se = sd**2 * math.sqrt(2.0 / (config.n_samples - 1))
-            mean_se = sd / math.sqrt(config.n_samples)
-            fit = resolved_slope(widths, w2[j], w2_err[j], config.resolve_sigmas)
-            fit_gd = resolved_slope(widths, w2_gd[j], w2_gd_err[j], config.resolve_sigmas)
-            fit_var = resolved_slope(
-                widths, var_err[j], np.full(len(widths), var_se), config.resolve_sigmas
+        for j in range(len(config.times)):
+            m_j, n_j, a_j = _time_summary(
+                config, name, j, widths, errors, (targets[j], gd_targets[j]), steps
             )
-            fit_mean = resolved_slope(
-                widths, mean_err[j], np.full(len(widths), mean_se), config.resolve_sigmas
-            )
-            disc = float(
-                w2_squared_gaussians(
-                    torch.tensor([mu_gd]),
-                    torch.tensor([[sd_gd**2]]),
-                    torch.tensor([mu]),
-                    torch.tensor([[sd**2]]),
-                )
-            )
-            resolved = np.isin(widths, np.array(fit.resolved, dtype=np.float64))
-            for label, f, predicted, note in (
-                ("w2_slope", fit, f"<= {SLOPE_MAX} (bound: log n1 / n1)", ""),
-                (
-                    "variance_error_slope",
-                    fit_var,
-                    f"[{VARIANCE_RANGE[0]}, {VARIANCE_RANGE[1]}]",
-                    f"|sample variance - sigma_t^2|, standard error {var_se:.2g}; ",
-                ),
-                (
-                    "mean_error_slope",
-                    fit_mean,
-                    None,
-                    f"|sample mean - mu_t|, standard error {mean_se:.2g}; ",
-                ),
-                (
-                    "w2_slope_vs_gd_gaussian",
-                    fit_gd,
-                    None,
-                    "distance to the Gaussian of the same discrete GD (no step bias); ",
-                ),
-            ):
-                widths_text = ", ".join(map(str, f.resolved)) or "none"
-                if math.isfinite(f.slope):
-                    metrics.append(
-                        Metric(
-                            f"{label}[{tag}]",
-                            f.slope,
-                            f.ci_low,
-                            f.ci_high,
-                            predicted=predicted,
-                            note=f"{note}resolved widths {widths_text} of {len(widths)}",
-                        )
-                    )
-                else:
-                    notes.append(f"{label}[{tag}]: not fitted, resolved widths: {widths_text}")
-            metrics += [
-                Metric(
-                    f"resolved_widths[{tag}]",
-                    len(fit.resolved),
-                    predicted=f">= {MIN_RESOLVED}",
-                    note=f"widths with W2^2 - floor > {config.resolve_sigmas:g} standard errors: "
-                    + (", ".join(map(str, fit.resolved)) or "none"),
-                ),
-                Metric(
-                    f"discretization_w2[{tag}]",
-                    disc,
-                    predicted="< smallest_resolved_w2",
-                    note=f"W2^2(GD Gaussian, flow Gaussian), step {eta:g}, {steps[j]} steps",
-                ),
-            ]
-            if fit.resolved:
-                metrics.append(
-                    Metric(
-                        f"smallest_resolved_w2[{tag}]",
-                        float(w2[j][resolved].min()),
-                        note="smallest W2^2 - floor over the resolved widths",
-                    )
-                )
-            metrics.append(Metric(f"gaussian_std[{tag}]", sd, note=f"G_t(x) mean {mu:.4f}"))
-            key = f"{name}_t{j}"
-            arrays[f"w2_{key}"] = w2[j]
-            arrays[f"w2_stderr_{key}"] = w2_err[j]
-            arrays[f"w2_gd_{key}"] = w2_gd[j]
-            arrays[f"w2_gd_stderr_{key}"] = w2_gd_err[j]
-            arrays[f"resolved_{key}"] = resolved
-            arrays[f"mean_error_{key}"] = mean_err[j]
-            arrays[f"variance_error_{key}"] = var_err[j]
-            arrays[f"standard_errors_{key}"] = np.array([mean_se, var_se])
-            arrays[f"gaussians_{key}"] = np.array([mu, sd, mu_gd, sd_gd])
+            metrics += m_j
+            notes += n_j
+            arrays.update(a_j)
 
     floor_mean = float(np.mean(floor_scaled))
     metrics[:0] = [
