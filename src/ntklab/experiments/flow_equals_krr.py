@@ -255,72 +255,134 @@ def _initial_outputs(
     return torch.cat(outs, dim=1)
 
 
-def measure(config: FlowEqualsKrrConfig, ctx: RunContext) -> Measurement:
-    """Kernels, initial outputs, the flow against its three references and the ensemble."""
-    dtype = torch.float64
-    gen = ctx.generator("data")
+def _data(config: FlowEqualsKrrConfig, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Inputs uniform on the unit sphere and noisy training targets.
+
+    Returns
+    -------
+    x : Tensor, shape (n_train + n_test, dim), float64
+        Training inputs first, then test inputs.
+    y : Tensor, shape (n_train, 1)
+        :math:`\\sin(2 x_1) + 2 x_2 x_3` plus Gaussian noise of standard deviation
+        ``config.noise``.
+    """
     n, m = config.n_train, config.n_test
-    x = uniform_sphere(n + m, config.dim, generator=gen, dtype=dtype)
+    x = uniform_sphere(n + m, config.dim, generator=gen, dtype=torch.float64)
     target = torch.sin(2.0 * x[:, 0]) + 2.0 * x[:, 1] * x[:, 2]
-    y = (target[:n] + config.noise * torch.randn(n, generator=gen, dtype=dtype))[:, None]
-    arch = relu_network(config.depth, config.w_std, config.b_std)
-    with torch.no_grad():
-        k = arch.kernel(x)
-    theta, theta_test = k.ntk[:n, :n], k.ntk[n:, :n]
-    evals = torch.linalg.eigvalsh(theta)
-    lam_min, lam_max = float(evals[0]), float(evals[-1])
-    lr = 1.0  # times count flow time; N / lambda_max is the unit below
-    unit = n / lam_max
-    f0_all = _initial_outputs(arch, x, config, ctx)  # shape: (n + m, M)
-    f0, f0_test = f0_all[:n, :1], f0_all[n:, :1]
-    ctx.progress(0.2, "kernels and initial outputs")
-    dyn = linearized_dynamics(theta, y, learning_rate=lr)
+    y = (target[:n] + config.noise * torch.randn(n, generator=gen, dtype=torch.float64))[:, None]
+    return x, y
 
-    # 1. t -> infinity: min-norm interpolant of the residual, solved directly
-    interp = f0_test + theta_test @ torch.from_numpy(
-        scipy.linalg.solve(theta.numpy(), (y - f0).numpy(), assume_a="pos")
-    )
-    t_big = LIMIT_TIME * n / (lr * lam_min)  # exp(-50) ~ 2e-22 on the slowest mode
-    flow_big = dyn.test(t_big, theta_test, f0, f0_test)
-    flow_inf = dyn.test(None, theta_test, f0, f0_test)
-    limit_err = _rel(flow_big, interp)
-    inf_err = _rel(flow_inf, interp)
 
-    # 2. finite t against the block matrix exponential
-    times = [c * unit for c in config.times]
-    flows = [dyn.test(t, theta_test, f0, f0_test) for t in times]
-    expms = [flow_by_expm(theta, theta_test, y - f0, f0_test, lr / n, t) for t in times]
-    expm_errs = [_rel(a, b) for a, b in zip(flows, expms, strict=True)]
-    curve = dyn.test(CURVE_TIMES * unit, theta_test, f0, f0_test)[:, :, 0]  # shape: (60, m)
-    ctx.progress(0.4, "flow vs KRR and matrix exponential")
+def _gd_gaps(
+    theta: Tensor,
+    theta_test: Tensor,
+    y: Tensor,
+    f0: tuple[Tensor, Tensor],
+    flow_time: float,
+    fractions: Sequence[float],
+) -> tuple[list[float], list[float]]:
+    """Relative gap between discrete GD and gradient flow at the same flow time, for steps
+    shrinking as ``eta_c * fraction``.
 
-    # 3. discrete GD at shrinking steps, same flow time
+    Parameters
+    ----------
+    theta : Tensor, shape (n, n)
+    theta_test : Tensor, shape (m, n)
+    y : Tensor, shape (n, 1)
+    f0 : (Tensor, Tensor)
+        Initial outputs on the training (n, 1) and test (m, 1) inputs.
+    flow_time : float
+        Flow time (learning rate 1) at which GD and the flow are compared.
+    fractions : sequence of float
+        Steps as fractions of the largest stable step :math:`\\eta_c`.
+
+    Returns
+    -------
+    etas : list of float
+        The steps used, ``flow_time / steps`` so that the flow time is exact.
+    gaps : list of float
+        :math:`\\|f^{GD}_{test} - f^{flow}_{test}\\| / \\|f^{flow}_{test}\\|` per step.
+    """
+    f0_train, f0_test = f0
+    dyn = linearized_dynamics(theta, y, learning_rate=1.0)
     eta_c = max_learning_rate(theta, y.numel())
-    flow_time = config.gd_time * unit
-    flow_out = dyn.test(flow_time, theta_test, f0, f0_test)
-    etas, gd_errs = [], []
-    for frac in config.gd_fractions:
+    flow_out = dyn.test(flow_time, theta_test, f0_train, f0_test)
+    etas, gaps = [], []
+    for frac in fractions:
         eta = eta_c * frac
         steps = max(1, round(flow_time / eta))
         eta = flow_time / steps  # exact flow time, step ~ eta_c * frac
         gd = linearized_dynamics(theta, y, learning_rate=eta, schedule="gd")
-        out = gd.test(steps, theta_test, f0, f0_test)
+        out = gd.test(steps, theta_test, f0_train, f0_test)
         etas.append(eta)
-        gd_errs.append(_rel(out, flow_out))
-    order = fit_power_law(etas, gd_errs)
-    monotone = bool(np.all(np.diff(gd_errs) < 0))
-    ctx.progress(0.6, "discrete gradient descent")
+        gaps.append(_rel(out, flow_out))
+    return etas, gaps
 
-    # 4. the shortcut: drop f0 for every member of the ensemble
+
+def _gd_metrics(fractions: Sequence[float], etas: list[float], gaps: list[float]) -> list[Metric]:
+    """Order of the GD-flow gap in the step (log-log slope, 1 for Euler), whether the gap
+    shrinks with every smaller step, and the gap at the smallest step (:func:`_gd_gaps`)."""
+    order = fit_power_law(etas, gaps)
+    return [
+        Metric(
+            "gd_to_flow_order",
+            order.slope,
+            order.ci_low,
+            order.ci_high,
+            predicted=f"1 (Euler), [{GD_ORDER[0]}, {GD_ORDER[1]}]",
+            note=f"log-log slope of the GD-flow gap vs step, steps eta_c x "
+            f"{fractions[0]:g}..{fractions[-1]:g}",
+        ),
+        Metric("gd_gap_monotone", float(np.all(np.diff(gaps) < 0)), predicted="1 (true)"),
+        Metric("gd_gap_smallest_step", gaps[-1], predicted="-> 0"),
+    ]
+
+
+def _drop_f0(
+    arch: nk.Architecture,
+    x: Tensor,
+    y: Tensor,
+    theta: Tensor,
+    f0_all: Tensor,
+    times: Sequence[float | None],
+) -> tuple[list[float], list[Tensor], list[Tensor], list[float]]:
+    """What dropping the initial outputs changes in the test predictions of every member.
+
+    Parameters
+    ----------
+    arch : Architecture
+    x : Tensor, shape (n + m, d)
+        Training inputs, then test inputs.
+    y : Tensor, shape (n, 1)
+    theta : Tensor, shape (n + m, n)
+        NTK between all inputs and the training inputs.
+    f0_all : Tensor, shape (n + m, M)
+        Initial outputs of the M networks.
+    times : sequence of float or None
+        Flow times (learning rate 1); None is :math:`t = \\infty`.
+
+    Returns
+    -------
+    ratios : list of float
+        Per time, mean over test points of the mean squared change over the variance
+        :math:`\\Sigma_t(x, x)` of the ensemble Gaussian.
+    changes : list of Tensor, each shape (m,)
+        Mean squared change over the members.
+    variances : list of Tensor, each shape (m,)
+        :math:`\\Sigma_t(x, x)` at the test points.
+    rel_sizes : list of float
+        RMS change over RMS training target.
+    """
+    n = y.shape[0]
+    theta_train, theta_test = theta[:n], theta[n:]
     members = f0_all.shape[1]
-    ys = y.expand(n, members)
-    # one column per network; "sum" with step lr / n keeps the loss normalizer N = n
-    dyn_many = linearized_dynamics(theta, ys, learning_rate=lr / n, normalization="sum")
-    ens = ensemble_dynamics(arch, x[:n], y, learning_rate=lr)
-    prior_var = k.nngp[n:, n:].diagonal()
-    gotcha_t: list[float | None] = [*times, None]
+    # one column per network; "sum" with step 1 / n keeps the loss normalizer N = n
+    dyn_many = linearized_dynamics(
+        theta_train, y.expand(n, members), learning_rate=1.0 / n, normalization="sum"
+    )
+    ens = ensemble_dynamics(arch, x[:n], y, learning_rate=1.0)
     ratios, changes, variances, rel_sizes = [], [], [], []
-    for t in gotcha_t:
+    for t in times:
         with_f0 = dyn_many.test(t, theta_test, f0_all[:n], f0_all[n:])
         without = dyn_many.test(t, theta_test, 0.0, 0.0)
         change = (with_f0 - without).square().mean(dim=1)  # shape: (m,)
@@ -331,70 +393,155 @@ def measure(config: FlowEqualsKrrConfig, ctx: RunContext) -> Measurement:
         changes.append(change)
         variances.append(var)
         rel_sizes.append(float(change.mean().sqrt() / y.square().mean().sqrt()))
-    ctx.progress(0.9, "dropping f0")
+    return ratios, changes, variances, rel_sizes
 
-    labels = time_labels(config.times)
+
+def _drop_f0_metrics(
+    config: FlowEqualsKrrConfig, ratios: list[float], rel_sizes: list[float], members: int
+) -> list[Metric]:
+    """Two metrics per time (the given times, then t = inf) of :func:`_drop_f0`."""
+    metrics = []
+    for lab, r, rel in zip(time_labels(config.times), ratios, rel_sizes, strict=True):
+        metrics.append(
+            Metric(
+                f"drop_f0_change_over_variance[{lab}]",
+                r,
+                predicted=f"1, [{GOTCHA_RATIO[0]}, {GOTCHA_RATIO[1]}]",
+                note=f"mean over {config.n_test} test points and {members} networks of width "
+                f"{config.width}",
+            )
+        )
+        metrics.append(Metric(f"drop_f0_rms_change_over_rms_target[{lab}]", rel))
+    return metrics
+
+
+def _col(values: Tensor) -> np.ndarray:
+    """First column of an (n, k) tensor as an (n,) array."""
+    return values[:, 0].numpy()
+
+
+def _flow_checks(
+    theta: Tensor, theta_test: Tensor, y: Tensor, f0: tuple[Tensor, Tensor], times: list[float]
+) -> tuple[list[Metric], dict[str, np.ndarray]]:
+    """Gradient flow of the linearized network against its closed-form references: the
+    min-norm interpolant of the residual as :math:`t \\to \\infty` (part 1), and the block
+    matrix exponential at finite ``times`` (part 2).
+
+    Parameters
+    ----------
+    theta : Tensor, shape (n, n)
+        Training NTK.
+    theta_test : Tensor, shape (m, n)
+    y : Tensor, shape (n, 1)
+    f0 : (Tensor, Tensor)
+        Initial outputs on the training (n, 1) and test (m, 1) inputs.
+    times : list of float
+        Flow times (learning rate 1).
+
+    Returns
+    -------
+    metrics : list of Metric
+        Relative errors of the flow at a large time and at :math:`t = \\infty` to the
+        interpolant, and the largest relative error to the matrix exponential.
+    arrays : dict of str to ndarray
+        Interpolant and flow limits (m,), flow and exponential outputs (T, m), errors (T,).
+    """
+    n = theta.shape[0]
+    f0_train, f0_test = f0
+    lr = 1.0
+    dyn = linearized_dynamics(theta, y, learning_rate=lr)
+    lam_min = float(torch.linalg.eigvalsh(theta)[0])
+    interp = f0_test + theta_test @ torch.from_numpy(
+        scipy.linalg.solve(theta.numpy(), (y - f0_train).numpy(), assume_a="pos")
+    )
+    t_big = LIMIT_TIME * n / (lr * lam_min)  # exp(-50) ~ 2e-22 on the slowest mode
+    flow_big = dyn.test(t_big, theta_test, f0_train, f0_test)
+    flow_inf = dyn.test(None, theta_test, f0_train, f0_test)
+    flows = [dyn.test(t, theta_test, f0_train, f0_test) for t in times]
+    expms = [flow_by_expm(theta, theta_test, y - f0_train, f0_test, lr / n, t) for t in times]
+    expm_errs = [_rel(a, b) for a, b in zip(flows, expms, strict=True)]
     metrics = [
         Metric(
             "flow_limit_vs_min_norm",
-            limit_err,
+            _rel(flow_big, interp),
             predicted=f"<= {LIMIT_TOL:g}",
             note=f"t = {LIMIT_TIME:g} N/(eta lambda_min) = {t_big:.3g}; relative, float64",
         ),
-        Metric("flow_t_inf_vs_min_norm", inf_err, predicted=f"<= {LIMIT_TOL:g}"),
+        Metric("flow_t_inf_vs_min_norm", _rel(flow_inf, interp), predicted=f"<= {LIMIT_TOL:g}"),
         Metric(
             "flow_vs_expm_max",
             max(expm_errs),
             predicted=f"<= {EXPM_TOL:g}",
             note="Van Loan block exponential, scipy.linalg.expm",
         ),
-        Metric(
-            "gd_to_flow_order",
-            order.slope,
-            order.ci_low,
-            order.ci_high,
-            predicted=f"1 (Euler), [{GD_ORDER[0]}, {GD_ORDER[1]}]",
-            note=f"log-log slope of the GD-flow gap vs step, steps eta_c x "
-            f"{config.gd_fractions[0]:g}..{config.gd_fractions[-1]:g}",
-        ),
-        Metric("gd_gap_monotone", float(monotone), predicted="1 (true)"),
-        Metric("gd_gap_smallest_step", gd_errs[-1], predicted="-> 0"),
-        Metric("ntk_condition_number", lam_max / lam_min),
     ]
-    for lab, r, rel in zip(labels, ratios, rel_sizes, strict=True):
-        metrics.append(
-            Metric(
-                f"drop_f0_change_over_variance[{lab}]",
-                r,
-                predicted=f"1, [{GOTCHA_RATIO[0]}, {GOTCHA_RATIO[1]}]",
-                note=f"mean over {m} test points and {members} networks of width {config.width}",
-            )
-        )
-        metrics.append(Metric(f"drop_f0_rms_change_over_rms_target[{lab}]", rel))
-    metrics.append(Metric("nngp_prior_variance_mean", float(prior_var.mean())))
+    arrays = {
+        "min_norm_interpolant": _col(interp),
+        "flow_limit": _col(flow_big),
+        "flow_t_inf": _col(flow_inf),
+        "flow_outputs": np.stack([_col(a) for a in flows]),
+        "expm_outputs": np.stack([_col(a) for a in expms]),
+        "expm_errors": np.array(expm_errs),
+    }
+    return metrics, arrays
 
-    def col(values: Tensor) -> np.ndarray:
-        return values[:, 0].numpy()
 
+def measure(config: FlowEqualsKrrConfig, ctx: RunContext) -> Measurement:
+    """Kernels, initial outputs, the flow against its three references and the ensemble."""
+    n = config.n_train
+    x, y = _data(config, ctx.generator("data"))
+    arch = relu_network(config.depth, config.w_std, config.b_std)
+    with torch.no_grad():
+        k = arch.kernel(x)
+    theta, theta_test = k.ntk[:n, :n], k.ntk[n:, :n]
+    evals = torch.linalg.eigvalsh(theta)
+    lam_min, lam_max = float(evals[0]), float(evals[-1])
+    unit = n / lam_max  # times count flow time (learning rate 1) in units of N / lambda_max
+    f0_all = _initial_outputs(arch, x, config, ctx)  # shape: (n + m, M)
+    f0, f0_test = f0_all[:n, :1], f0_all[n:, :1]
+    ctx.progress(0.2, "kernels and initial outputs")
+
+    # 1. t -> infinity against the min-norm interpolant; 2. finite t against expm
+    times = [c * unit for c in config.times]
+    flow_metrics, flow_arrays = _flow_checks(theta, theta_test, y, (f0, f0_test), times)
+    dyn = linearized_dynamics(theta, y, learning_rate=1.0)
+    curve = dyn.test(CURVE_TIMES * unit, theta_test, f0, f0_test)[:, :, 0]  # shape: (60, m)
+    ctx.progress(0.4, "flow vs KRR and matrix exponential")
+
+    # 3. discrete GD at shrinking steps, same flow time
+    etas, gd_errs = _gd_gaps(
+        theta, theta_test, y, (f0, f0_test), config.gd_time * unit, config.gd_fractions
+    )
+    ctx.progress(0.6, "discrete gradient descent")
+
+    # 4. the shortcut: drop f0 for every member of the ensemble
+    members = f0_all.shape[1]
+    prior_var = k.nngp[n:, n:].diagonal()
+    ratios, changes, variances, rel_sizes = _drop_f0(
+        arch, x, y, k.ntk[:, :n], f0_all, [*times, None]
+    )
+    ctx.progress(0.9, "dropping f0")
+
+    metrics = [
+        *flow_metrics,
+        *_gd_metrics(config.gd_fractions, etas, gd_errs),
+        Metric("ntk_condition_number", lam_max / lam_min),
+        *_drop_f0_metrics(config, ratios, rel_sizes, members),
+        Metric("nngp_prior_variance_mean", float(prior_var.mean())),
+    ]
     arrays: dict[str, np.ndarray] = {
         # kernels, targets and the first network's initial outputs: the inputs of parts 1-4
         "ntk_train": theta.numpy(),
         "ntk_test_train": theta_test.numpy(),
         "nngp_train": k.nngp[:n, :n].numpy(),
         "nngp_test_train": k.nngp[n:, :n].numpy(),
-        "y_train": col(y),
-        "f0_train": col(f0),
-        "f0_test": col(f0_test),
-        # part 1
-        "min_norm_interpolant": col(interp),
-        "flow_limit": col(flow_big),
-        "flow_t_inf": col(flow_inf),
+        "y_train": _col(y),
+        "f0_train": _col(f0),
+        "f0_test": _col(f0_test),
+        **flow_arrays,
         # part 2, times in the dynamics' units (learning rate 1) and in N / lambda_max
         "time_unit": np.array(unit),
         "times": np.array(times),
-        "flow_outputs": np.stack([col(a) for a in flows]),
-        "expm_outputs": np.stack([col(a) for a in expms]),
-        "expm_errors": np.array(expm_errs),
         "curve_times": CURVE_TIMES,
         "curve_outputs": curve.numpy(),
         # part 3
