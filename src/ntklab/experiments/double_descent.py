@@ -209,17 +209,18 @@ def rf_data(
     return x[:n], y, x[n:], f[n:]
 
 
-def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
-    """(a) simulated min-norm and optimal-ridge risks against their formulas; (b) random
-    features test risks over P and the ridge grid.
+def _linear_simulations(config: DoubleDescentConfig, ctx: RunContext) -> dict[str, np.ndarray]:
+    """Simulated min-norm and optimal-ridge risks of isotropic linear regression at every
+    ``gamma = p / n``, with their exact curves (Hastie, Montanari, Rosset & Tibshirani, 2019).
 
-    Arrays: ``gammas``, ``linear_{mean,median,stderr,theory}``,
-    ``linear_ridge_{mean,theory}`` (one per gamma); ``rf_ratios``, ``rf_ridges`` (0 first:
-    min-norm), ``rf_risks`` of shape (rf_repeats, n_ratios, 1 + n_ridges), and the median
-    curves ``rf_min_norm_median``, ``rf_optimal_ridge_median``.
+    Returns
+    -------
+    dict of str to ndarray, each shape (n_gammas,)
+        ``gammas``; ``linear_mean``, ``linear_median``, ``linear_stderr`` of the min-norm risk
+        over ``config.repeats`` draws; ``linear_theory`` its formula; ``linear_ridge_mean``
+        and ``linear_ridge_theory`` at the optimal ridge :math:`\\lambda^* = \\sigma^2 \\gamma
+        / r^2`.
     """
-    metrics: list[Metric] = []
-    # (a) isotropic linear regression against the exact curve
     gen = ctx.generator("linear")
     gammas = np.array(config.gammas)
     sim_mean, sim_median, sim_err, theory, ridge_sim = [], [], [], [], []
@@ -252,44 +253,63 @@ def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
     ridge_theory = optimal_ridge_risk(
         torch.tensor(gammas), r2=config.r2, sigma2=config.sigma2
     ).numpy()
-    rel = np.abs(np.array(sim_mean) / np.array(theory) - 1)
+    return {
+        "gammas": gammas,
+        "linear_mean": np.array(sim_mean),
+        "linear_median": np.array(sim_median),
+        "linear_stderr": np.array(sim_err),
+        "linear_theory": np.array(theory),
+        "linear_ridge_mean": np.array(ridge_sim),
+        "linear_ridge_theory": ridge_theory,
+    }
+
+
+def _linear_metrics(config: DoubleDescentConfig, arrays: Mapping[str, np.ndarray]) -> list[Metric]:
+    """Largest relative errors of the simulated means to their formulas (gammas in the
+    excluded band around 1 left out of the min-norm ones), from :func:`_linear_simulations`."""
+    gammas, theory = arrays["gammas"], arrays["linear_theory"]
+    rel = np.abs(arrays["linear_mean"] / theory - 1)
     away = (gammas < EXCLUDED[0]) | (gammas > EXCLUDED[1])
     worst = int(np.argmax(np.where(away, rel, -1.0)))
-    ridge_rel = np.abs(np.array(ridge_sim) / ridge_theory - 1)
-    metrics.append(
+    ridge_rel = np.abs(arrays["linear_ridge_mean"] / arrays["linear_ridge_theory"] - 1)
+    rel_err = arrays["linear_stderr"] / theory
+    return [
         Metric(
             "linear_max_relative_error",
             float(rel[away].max()),
             predicted=f"<= {LINEAR_TOL}",
             note=f"mean of {config.repeats} draws, n = {config.n}, worst at gamma = "
             f"{gammas[worst]:g}; gamma in [{EXCLUDED[0]}, {EXCLUDED[1]}] excluded",
-        )
-    )
-    rel_err = np.array(sim_err) / np.array(theory)
-    metrics.append(
+        ),
         Metric(
             "linear_relative_stderr_max",
             float(rel_err[away].max()),
             note="Monte Carlo standard error of the simulated means, relative to the formula",
-        )
-    )
-    metrics.append(
+        ),
         Metric(
             "linear_optimal_ridge_max_relative_error",
             float(ridge_rel.max()),
             note="simulated ridge at lambda* = sigma^2 gamma / r^2 vs formula",
-        )
-    )
+        ),
+    ]
 
-    # (b) random ReLU features
+
+def _rf_risks(config: DoubleDescentConfig, ctx: RunContext) -> np.ndarray:
+    """Test risks of random ReLU features over the feature ratios and ridges.
+
+    Returns
+    -------
+    ndarray, shape (rf_repeats, n_ratios, 1 + n_ridges)
+        Per repetition (fresh data and features), ratio ``P / N`` and ridge (0 first:
+        min-norm).
+    """
     n = config.rf_n
-    ratios = np.array(config.rf_ratios)
     ridges = (0.0, *config.rf_ridges)
-    risks = np.empty((config.rf_repeats, len(ratios), len(ridges)))
+    risks = np.empty((config.rf_repeats, len(config.rf_ratios), len(ridges)))
     data_gen, feat_gen = ctx.generator("rf-data"), ctx.generator("rf-features")
     for r in range(config.rf_repeats):
         x, y, xt, ft = rf_data(n, config.rf_n_test, config.rf_dim, config.rf_noise, data_gen)
-        for j, q in enumerate(ratios):
+        for j, q in enumerate(np.array(config.rf_ratios)):
             out = random_features_risk(
                 x,
                 y,
@@ -301,6 +321,27 @@ def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
             )
             risks[r, j] = out.risks[0].numpy()
         ctx.progress(0.4 + 0.6 * (r + 1) / config.rf_repeats, f"random features, rep {r + 1}")
+    return risks
+
+
+def _rf_metrics(
+    config: DoubleDescentConfig, risks: np.ndarray
+) -> tuple[list[Metric], np.ndarray, np.ndarray]:
+    """Peak of the min-norm curve and monotonicity of the optimal-ridge curve.
+
+    Parameters
+    ----------
+    risks : ndarray, shape (rf_repeats, n_ratios, 1 + n_ridges)
+        From :func:`_rf_risks`.
+
+    Returns
+    -------
+    metrics : list of Metric
+    min_norm, best : ndarray, shape (n_ratios,)
+        Median min-norm risk, and median risk at the oracle ridge (the grid value with the
+        smallest median at each ratio).
+    """
+    ratios = np.array(config.rf_ratios)
     median = np.median(risks, axis=0)  # shape: (ratios, ridges)
     min_norm = median[:, 0]
     best = median[:, 1:].min(axis=1)
@@ -309,13 +350,13 @@ def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
     per_rep_peaks = ratios[np.argmax(risks[:, :, 0], axis=1)]
     rises = best[1:] / best[:-1] - 1
     at_one = int(np.argmin(np.abs(ratios - 1.0)))
-    metrics += [
+    metrics = [
         Metric(
             "rf_peak_ratio",
             peak,
             predicted=f"in [{PEAK_RANGE[0]}, {PEAK_RANGE[1]}]",
             note=f"argmax of the median min-norm test risk over {config.rf_repeats} "
-            f"repetitions, N = {n}",
+            f"repetitions, N = {config.rf_n}",
         ),
         Metric(
             "rf_peak_in_range_fraction",
@@ -336,18 +377,29 @@ def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
         ),
         Metric("rf_min_norm_risk_at_largest_P", float(min_norm[-1])),
     ]
+    return metrics, min_norm, best
+
+
+def measure(config: DoubleDescentConfig, ctx: RunContext) -> Measurement:
+    """(a) simulated min-norm and optimal-ridge risks against their formulas; (b) random
+    features test risks over P and the ridge grid.
+
+    Arrays: ``gammas``, ``linear_{mean,median,stderr,theory}``,
+    ``linear_ridge_{mean,theory}`` (one per gamma); ``rf_ratios``, ``rf_ridges`` (0 first:
+    min-norm), ``rf_risks`` of shape (rf_repeats, n_ratios, 1 + n_ridges), and the median
+    curves ``rf_min_norm_median``, ``rf_optimal_ridge_median``.
+    """
+    # (a) isotropic linear regression against the exact curve
+    linear = _linear_simulations(config, ctx)
+    # (b) random ReLU features
+    risks = _rf_risks(config, ctx)
+    rf_metrics, min_norm, best = _rf_metrics(config, risks)
     return Measurement(
-        metrics=tuple(metrics),
+        metrics=(*_linear_metrics(config, linear), *rf_metrics),
         arrays={
-            "gammas": gammas,
-            "linear_mean": np.array(sim_mean),
-            "linear_median": np.array(sim_median),
-            "linear_stderr": np.array(sim_err),
-            "linear_theory": np.array(theory),
-            "linear_ridge_mean": np.array(ridge_sim),
-            "linear_ridge_theory": ridge_theory,
-            "rf_ratios": ratios,
-            "rf_ridges": np.array(ridges),
+            **linear,
+            "rf_ratios": np.array(config.rf_ratios),
+            "rf_ridges": np.array((0.0, *config.rf_ridges)),
             "rf_risks": risks,
             "rf_min_norm_median": min_norm,
             "rf_optimal_ridge_median": best,
