@@ -278,6 +278,115 @@ def arm_label(batch: int, factor: float) -> str:
     return f"b={'n' if batch == 0 else batch},step={factor:g}"
 
 
+def _noisy_samples(
+    targets: list[Any], n: int, noise_sd: float, gen: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """``n`` angles uniform on the circle per target and their noisy labels.
+
+    Returns
+    -------
+    angles : Tensor, shape (M, n)
+    y : Tensor, shape (M, n)
+        :math:`f^*_s(\\theta) + \\sigma \\varepsilon`, :math:`\\varepsilon \\sim N(0, 1)`.
+    """
+    seeds = len(targets)
+    angles = torch.stack([uniform_circle(n, generator=gen)[0] for _ in range(seeds)])
+    noise = torch.randn(seeds, n, generator=gen, dtype=torch.float64)
+    y = torch.stack([t(a) for t, a in zip(targets, angles, strict=True)])
+    return angles, y + noise_sd * noise
+
+
+def _kernel_risks(
+    angles: Tensor, y: Tensor, mu: Tensor, tables: list[Any], steps: int, lr: float
+) -> np.ndarray:
+    """Exact excess risk of kernel GD (``steps`` steps of ``lr``, from zero) per seed.
+
+    Parameters
+    ----------
+    angles, y : Tensor, shape (M, n)
+    mu : Tensor, shape (K,)
+        Circle eigenvalues of the NTK.
+    tables : list of M Fourier tables of the targets
+
+    Returns
+    -------
+    ndarray, shape (M,)
+    """
+    return np.array(
+        [
+            float(
+                kernel_gd_excess_risk_s1(
+                    a, ys, mu, table, float(steps), schedule="gd", learning_rate=lr
+                )
+            )
+            for a, ys, table in zip(angles, y, tables, strict=True)
+        ]
+    )
+
+
+def _net_risk(net: torch.nn.Module, q_points: Tensor, q_target: Tensor) -> float:
+    """L2 excess risk of one network on the quadrature grid; ``q_points`` (q, 2),
+    ``q_target`` (1, q)."""
+    with torch.no_grad():
+        out = net(q_points)[:, 0]
+    return float(_l2_risk(out[None], q_target)[0])
+
+
+def _sweep_risks(
+    init: torch.nn.Module,
+    order: Tensor,
+    data: tuple[Tensor, Tensor],
+    config: NetworkRatesConfig,
+    sgd_lr: float,
+    flow_time: float,
+    quadrature: tuple[Tensor, Tensor],
+) -> dict[str, float | None]:
+    """Risks of the SGD sweep's arms for one seed and size, each trained from ``init`` to
+    the same flow time with minibatches drawn from the generator state ``order``.
+
+    Parameters
+    ----------
+    init : Module
+        The ``sgd`` learner's network at initialization.
+    order : Tensor
+        State of the generator its SGD run started from.
+    data : (Tensor, Tensor)
+        Inputs (n, 2) and labels (n, 1).
+    sgd_lr : float
+        The SGD step; an arm's step is ``factor * sgd_lr``.
+    flow_time : float
+        ``steps * lr`` of the GD learner.
+    quadrature : (Tensor, Tensor)
+        Grid points (q, 2) and target (1, q).
+
+    Returns
+    -------
+    dict of str to float or None
+        By :func:`arm_label`; None for the arm that is the ``sgd`` learner's own run.
+    """
+    x, yy = data
+    n = x.shape[0]
+    out: dict[str, float | None] = {}
+    for batch, factor in sweep_arms(config):
+        label = arm_label(batch, factor)
+        if (batch, factor) == (config.sgd_batch, 1.0):
+            out[label] = None  # the same run
+            continue
+        step = factor * sgd_lr
+        arm_net = copy.deepcopy(init)
+        train(
+            arm_net,
+            x,
+            yy,
+            learning_rate=step,
+            t=max(1, round(flow_time / step)),
+            batch_size=None if batch == 0 else min(batch, n),
+            generator=torch.Generator().set_state(order),
+        )
+        out[label] = _net_risk(arm_net, *quadrature)
+    return out
+
+
 def network_risks(
     arch: nk.Architecture,
     mu: Tensor,
@@ -309,36 +418,15 @@ def network_risks(
     q_target = torch.stack([t(q_angles) for t in targets])  # shape: (M, q)
     kappa_one = float(mu[0] + 2.0 * mu[1:].sum())
     risks = {name: np.empty((seeds, len(sizes))) for name in ("kernel", *LEARNERS)}
-    arms = sweep_arms(config)
     n_sweep = min(config.sweep_seeds, seeds)
-    sweep = {arm_label(*arm): np.empty((n_sweep, len(sizes))) for arm in arms}
+    sweep = {arm_label(*arm): np.empty((n_sweep, len(sizes))) for arm in sweep_arms(config)}
     lr = sgd_lr = 0.0
-
-    def risk_of(net: torch.nn.Module, s: int) -> float:
-        with torch.no_grad():
-            out = net(q_points)[:, 0]
-        return float(_l2_risk(out[None], q_target[s : s + 1])[0])
-
     for j, n in enumerate(sizes):
-        angles = torch.stack([uniform_circle(n, generator=gen)[0] for _ in range(seeds)])
-        noise = torch.randn(seeds, n, generator=gen, dtype=torch.float64)
-        y = torch.stack([t(a) for t, a in zip(targets, angles, strict=True)])
-        y = y + config.noise_sd * noise  # shape: (M, n)
+        angles, y = _noisy_samples(targets, n, config.noise_sd, gen)  # shape: (M, n)
         tau = early_stopping_time(n, config.beta, gamma, config.stop_scale)
         lr = config.lr_fraction * critical_learning_rate(kappa_one * n, float(n))
         steps = max(1, round(tau / lr))
-        for s in range(seeds):
-            risks["kernel"][s, j] = float(
-                kernel_gd_excess_risk_s1(
-                    angles[s],
-                    y[s],
-                    mu,
-                    tables[s],
-                    float(steps),
-                    schedule="gd",
-                    learning_rate=lr,
-                )
-            )
+        risks["kernel"][:, j] = _kernel_risks(angles, y, mu, tables, steps, lr)
         x = torch.stack([torch.cos(angles), torch.sin(angles)], dim=-1).to(ndtype)
         yy = y[..., None].to(ndtype)
         nets = ensemble(
@@ -368,28 +456,166 @@ def network_risks(
                 batch_size=min(config.sgd_batch, n),
                 generator=gen,
             )
-            risks["sgd"][s, j] = risk_of(net, s)
+            risks["sgd"][s, j] = _net_risk(net, q_points, q_target[s : s + 1])
             if s >= n_sweep:
                 continue
-            for batch, factor in arms:
-                label = arm_label(batch, factor)
-                if (batch, factor) == (config.sgd_batch, 1.0):
-                    sweep[label][s, j] = risks["sgd"][s, j]  # the same run
-                    continue
-                step = factor * sgd_lr
-                arm_net = copy.deepcopy(init)
-                train(
-                    arm_net,
-                    x[s],
-                    yy[s],
-                    learning_rate=step,
-                    t=max(1, round(steps * lr / step)),
-                    batch_size=None if batch == 0 else min(batch, n),
-                    generator=torch.Generator().set_state(order),
-                )
-                sweep[label][s, j] = risk_of(arm_net, s)
+            arm_risks = _sweep_risks(
+                init,
+                order,
+                (x[s], yy[s]),
+                config,
+                sgd_lr,
+                steps * lr,
+                (q_points, q_target[s : s + 1]),
+            )
+            for label, r in arm_risks.items():
+                sweep[label][s, j] = risks["sgd"][s, j] if r is None else r
     consts = {"gamma": gamma, "predicted": targets[0].predicted_rate, "lr": lr, "sgd_lr": sgd_lr}
     return risks, sweep, consts
+
+
+def _learner_metrics(
+    config: NetworkRatesConfig,
+    depth: int,
+    sizes: np.ndarray,
+    risks: Mapping[str, np.ndarray],
+    consts: Mapping[str, float],
+    seed: int,
+) -> list[Metric]:
+    """Kernel GD's log-log slope at one depth, and per network learner its slope and its
+    worst seed-mean risk ratio to kernel GD over the sizes.
+
+    Parameters
+    ----------
+    sizes : ndarray, shape (n_sizes,)
+    risks : mapping of str to ndarray, each shape (n_seeds, n_sizes)
+        By learner, from :func:`network_risks`.
+    consts : mapping of str to float
+        ``predicted`` and ``gamma`` from :func:`network_risks`.
+    seed : int
+        Seed of the bootstrap of the slopes over seeds.
+    """
+    fits = {
+        name: fit_power_law_bootstrap(sizes, r, n_boot=config.n_boot, generator=seed)
+        for name, r in risks.items()
+    }
+    kernel_mean = risks["kernel"].mean(axis=0)
+    predicted = consts["predicted"]
+    metrics = [
+        Metric(
+            f"kernel_slope[L={depth}]",
+            fits["kernel"].slope,
+            fits["kernel"].ci_low,
+            fits["kernel"].ci_high,
+            predicted=f"{predicted:.3f} (-2 beta/(2 beta + gamma), gamma {consts['gamma']:.3f})",
+            note="reference; the criterion compares the networks with it",
+        )
+    ]
+    for name in LEARNERS:
+        fit = fits[name]
+        ratio = risks[name].mean(axis=0) / kernel_mean
+        worst = float(ratio[np.argmax(np.abs(np.log(ratio)))])
+        tag = f"{name},L={depth}"
+        metrics += [
+            Metric(
+                f"slope[{tag}]",
+                fit.slope,
+                fit.ci_low,
+                fit.ci_high,
+                predicted=f"{fits['kernel'].slope:.3f} +- {SLOPE_TOLERANCE}",
+                note=f"kernel GD's slope; seed mean over {config.n_seeds} seeds",
+            ),
+            Metric(
+                f"worst_risk_ratio[{tag}]",
+                worst,
+                predicted=f"in [{1 / RATIO:.3f}, {RATIO}] at each n",
+                note="network / kernel GD seed-mean excess risk, "
+                + ", ".join(f"{r:.2f}" for r in ratio),
+            ),
+        ]
+    return metrics
+
+
+def _sweep_metrics(
+    config: NetworkRatesConfig,
+    depth: int,
+    sizes: np.ndarray,
+    kernel_risks: np.ndarray,
+    sweep: Mapping[str, np.ndarray],
+    sgd_lr: float,
+    seed: int,
+) -> list[Metric]:
+    """The SGD sweep at one depth, on the first ``sweep_seeds`` seeds: kernel GD's slope on
+    those seeds, and per arm its slope and its seed-mean risk ratio to kernel GD at each size.
+
+    Parameters
+    ----------
+    sizes : ndarray, shape (n_sizes,)
+    kernel_risks : ndarray, shape (n_seeds, n_sizes)
+    sweep : mapping of str to ndarray, each shape (sweep_seeds, n_sizes)
+        By :func:`arm_label`, from :func:`network_risks`.
+    sgd_lr : float
+        The absolute SGD step.
+    seed : int
+        Seed of the bootstrap of the slopes over seeds.
+    """
+    k = config.sweep_seeds
+    sweep_kernel = kernel_risks[:k]
+    kfit = fit_power_law_bootstrap(sizes, sweep_kernel, n_boot=config.n_boot, generator=seed)
+    metrics = [
+        Metric(
+            f"sweep_kernel_slope[L={depth}]",
+            kfit.slope,
+            kfit.ci_low,
+            kfit.ci_high,
+            note=f"kernel GD on the sweep's {k} seeds; the sweep's arms are compared with it",
+        )
+    ]
+    for batch, factor in sweep_arms(config):
+        label = arm_label(batch, factor)
+        fit = fit_power_law_bootstrap(sizes, sweep[label], n_boot=config.n_boot, generator=seed)
+        ratio = sweep[label].mean(axis=0) / sweep_kernel.mean(axis=0)
+        metrics.append(
+            Metric(
+                f"sweep_slope[{label},L={depth}]",
+                fit.slope,
+                fit.ci_low,
+                fit.ci_high,
+                predicted=f"{kfit.slope:.3f} +- {LIMIT_SLOPE_TOLERANCE} in the small-noise limit",
+                note=f"step {factor * sgd_lr:.4g}, seed mean over {k} seeds",
+            )
+        )
+        metrics += [
+            Metric(
+                f"sweep_ratio[{label},L={depth},n={n}]",
+                r,
+                predicted=f"in [{1 / LIMIT_RATIO:.3f}, {LIMIT_RATIO}] in the small-noise limit",
+                note=f"network / kernel GD seed-mean excess risk ({k} seeds)",
+            )
+            for n, r in zip(config.sizes, ratio, strict=True)
+        ]
+    return metrics
+
+
+def _notes(config: NetworkRatesConfig) -> tuple[str, ...]:
+    """The run's notes: initialization, stopping time and steps, the fitted gamma, the sweep."""
+    arms = sweep_arms(config)
+    return (
+        "initialization: zero initial output by antisymmetric pairing (f = (a - b)/sqrt 2, "
+        f"b a copy of a at init; two halves of width {config.width // 2}), NTK "
+        "parameterization; kernel GD starts at zero with the analytic NTK",
+        f"beta {config.beta:g}, label noise sd {config.noise_sd}; stopping time "
+        f"{config.stop_scale:g} n^(1/(2 beta + gamma)) in flow time for every learner; GD "
+        f"step {config.lr_fraction:g} x critical, SGD batch {config.sgd_batch} at "
+        f"{config.sgd_lr_factor:g} x the GD step",
+        "the NTK of a smooth activation has geometrically decaying eigenvalues: the fitted "
+        "gamma is a power-law fit over the nonzero ones, near 0",
+        f"SGD sweep on the first {config.sweep_seeds} seeds (diagnostic, not the verdict): arms "
+        + ", ".join(arm_label(*a) for a in arms)
+        + " (step as a multiple of the SGD step, b=n full batch), each from the sgd "
+        "learner's initialization, data and first minibatch order, to the same flow time; "
+        f"{arm_label(config.sgd_batch, 1.0)} is the sgd learner's own runs",
+    )
 
 
 def measure(config: NetworkRatesConfig, ctx: RunContext) -> Measurement:
@@ -408,96 +634,22 @@ def measure(config: NetworkRatesConfig, ctx: RunContext) -> Measurement:
     arrays: dict[str, np.ndarray] = {"sizes": sizes}
     predicted_rates, gammas, sgd_steps = [], [], []
     arms = sweep_arms(config)
-    k = config.sweep_seeds
     for d, depth in enumerate(config.depths):
         arch = smooth_mlp(depth, config.activation, config.w_std, config.b_std)
         with torch.no_grad():
             mu = circle_eigenvalues(profile_from_architecture(arch, 2, "ntk"), config.n_frequencies)
         risks, sweep, consts = network_risks(arch, mu, config, ctx.generator(f"depth={depth}"))
-        predicted = consts["predicted"]
-        predicted_rates.append(predicted)
+        predicted_rates.append(consts["predicted"])
         gammas.append(consts["gamma"])
         sgd_steps.append(consts["sgd_lr"])
-        fits = {
-            name: fit_power_law_bootstrap(sizes, r, n_boot=config.n_boot, generator=ctx.seed)
-            for name, r in risks.items()
-        }
-        kernel_mean = risks["kernel"].mean(axis=0)
-        metrics.append(
-            Metric(
-                f"kernel_slope[L={depth}]",
-                fits["kernel"].slope,
-                fits["kernel"].ci_low,
-                fits["kernel"].ci_high,
-                predicted=f"{predicted:.3f} (-2 beta/(2 beta + gamma), gamma "
-                f"{consts['gamma']:.3f})",
-                note="reference; the criterion compares the networks with it",
-            )
-        )
+        metrics += _learner_metrics(config, depth, sizes, risks, consts, ctx.seed)
         for name in LEARNERS:
-            fit = fits[name]
-            ratio = risks[name].mean(axis=0) / kernel_mean
-            worst = float(ratio[np.argmax(np.abs(np.log(ratio)))])
-            tag = f"{name},L={depth}"
-            metrics += [
-                Metric(
-                    f"slope[{tag}]",
-                    fit.slope,
-                    fit.ci_low,
-                    fit.ci_high,
-                    predicted=f"{fits['kernel'].slope:.3f} +- {SLOPE_TOLERANCE}",
-                    note=f"kernel GD's slope; seed mean over {config.n_seeds} seeds",
-                ),
-                Metric(
-                    f"worst_risk_ratio[{tag}]",
-                    worst,
-                    predicted=f"in [{1 / RATIO:.3f}, {RATIO}] at each n",
-                    note="network / kernel GD seed-mean excess risk, "
-                    + ", ".join(f"{r:.2f}" for r in ratio),
-                ),
-            ]
             arrays[f"risk_{name}_depth{depth}"] = risks[name]
         arrays[f"risk_kernel_depth{depth}"] = risks["kernel"]
         # the SGD sweep, on the first k seeds, against kernel GD on the same seeds
-        sweep_kernel = risks["kernel"][:k]
-        kfit = fit_power_law_bootstrap(
-            sizes, sweep_kernel, n_boot=config.n_boot, generator=ctx.seed
+        metrics += _sweep_metrics(
+            config, depth, sizes, risks["kernel"], sweep, consts["sgd_lr"], ctx.seed
         )
-        metrics.append(
-            Metric(
-                f"sweep_kernel_slope[L={depth}]",
-                kfit.slope,
-                kfit.ci_low,
-                kfit.ci_high,
-                note=f"kernel GD on the sweep's {k} seeds; the sweep's arms are compared with it",
-            )
-        )
-        for batch, factor in arms:
-            label = arm_label(batch, factor)
-            fit = fit_power_law_bootstrap(
-                sizes, sweep[label], n_boot=config.n_boot, generator=ctx.seed
-            )
-            ratio = sweep[label].mean(axis=0) / sweep_kernel.mean(axis=0)
-            metrics.append(
-                Metric(
-                    f"sweep_slope[{label},L={depth}]",
-                    fit.slope,
-                    fit.ci_low,
-                    fit.ci_high,
-                    predicted=f"{kfit.slope:.3f} +- {LIMIT_SLOPE_TOLERANCE} in the small-noise "
-                    "limit",
-                    note=f"step {factor * consts['sgd_lr']:.4g}, seed mean over {k} seeds",
-                )
-            )
-            metrics += [
-                Metric(
-                    f"sweep_ratio[{label},L={depth},n={n}]",
-                    r,
-                    predicted=f"in [{1 / LIMIT_RATIO:.3f}, {LIMIT_RATIO}] in the small-noise limit",
-                    note=f"network / kernel GD seed-mean excess risk ({k} seeds)",
-                )
-                for n, r in zip(config.sizes, ratio, strict=True)
-            ]
         arrays[f"sweep_risk_depth{depth}"] = np.stack([sweep[arm_label(*a)] for a in arms])
         ctx.progress((d + 1) / len(config.depths), f"depth {depth} done")
     explains, _ = sweep_case(config, metrics_by_name(metrics))
@@ -515,23 +667,7 @@ def measure(config: NetworkRatesConfig, ctx: RunContext) -> Measurement:
     arrays["sgd_step"] = np.array(sgd_steps)
     arrays["sweep_batch"] = np.array([b for b, _ in arms], dtype=np.float64)
     arrays["sweep_step"] = np.array([f for _, f in arms])
-    notes = (
-        "initialization: zero initial output by antisymmetric pairing (f = (a - b)/sqrt 2, "
-        f"b a copy of a at init; two halves of width {config.width // 2}), NTK "
-        "parameterization; kernel GD starts at zero with the analytic NTK",
-        f"beta {config.beta:g}, label noise sd {config.noise_sd}; stopping time "
-        f"{config.stop_scale:g} n^(1/(2 beta + gamma)) in flow time for every learner; GD "
-        f"step {config.lr_fraction:g} x critical, SGD batch {config.sgd_batch} at "
-        f"{config.sgd_lr_factor:g} x the GD step",
-        "the NTK of a smooth activation has geometrically decaying eigenvalues: the fitted "
-        "gamma is a power-law fit over the nonzero ones, near 0",
-        f"SGD sweep on the first {k} seeds (diagnostic, not the verdict): arms "
-        + ", ".join(arm_label(*a) for a in arms)
-        + " (step as a multiple of the SGD step, b=n full batch), each from the sgd "
-        "learner's initialization, data and first minibatch order, to the same flow time; "
-        f"{arm_label(config.sgd_batch, 1.0)} is the sgd learner's own runs",
-    )
-    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=notes)
+    return Measurement(metrics=tuple(metrics), arrays=arrays, notes=_notes(config))
 
 
 #: SGD sweep (a diagnostic: the verdict stays the claim's). In the small-noise limit, full
