@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -321,6 +322,134 @@ def _tag(name: str, init: str) -> str:
     return f"{name},{init}"
 
 
+def _init_ntk(net: nn.Module, x: Tensor, n_out: int, kind: str, budget: int) -> Tensor:
+    """Empirical NTK of ``net`` at ``x``.
+
+    Returns
+    -------
+    Tensor, shape (n k, n k) when ``kind`` is ``"full"``, else (n, n)
+        ``"full"``: the NTK of the k-output network, index :math:`(i, a) \\mapsto i k + a`;
+        otherwise the output-averaged kernel.
+    """
+    if kind == "full":
+        # The (n k) x (n k) NTK of the k-output network: outputs share features, so the
+        # output-averaged kernel (Theta (x) I) misses the coupling between them.
+        full = ntk(net, x, outputs="full", max_memory=budget)  # (n, n, k, k)
+        return full.permute(0, 2, 1, 3).reshape(n_out * len(x), -1)
+    return ntk(net, x, max_memory=budget)
+
+
+@dataclass(frozen=True)
+class _Curves:
+    """Loss curve of one GD run and the kernel predictions along it.
+
+    Attributes
+    ----------
+    loss, trace, lambda_min, linearized : Tensor, shape (T + 1,)
+        Actual loss, trace prediction, :math:`\\lambda_{\\min}` bound and loss of the network
+        linearized at initialization, at steps ``0..T``.
+    eigenvalues : Tensor, shape (n,) or (n k,)
+        Of the NTK at initialization, descending.
+    eta : float
+        The step, :math:`1 / \\lambda_{\\max}`.
+    t_star : int or None
+        First step with the loss at most ``L0 / drop``; None when not reached.
+    """
+
+    loss: Tensor
+    trace: Tensor
+    lambda_min: Tensor
+    linearized: Tensor
+    eigenvalues: Tensor
+    eta: float
+    t_star: int | None
+
+
+def _run(config: TraceBoundConfig, net: nn.Module, data: ImageData, budget: int) -> _Curves:
+    """GD on ``net`` at :math:`\\eta = 1/\\lambda_{\\max}` until the ``drop``-fold loss, with
+    the trace, :math:`\\lambda_{\\min}` and linearized predictions from the NTK at
+    initialization (summed squared loss)."""
+    kernel = _init_ntk(net, data.x, data.targets.shape[1], config.kernel, budget)
+    lam, vecs = kernel_eigh(kernel)
+    eta = 1.0 / float(lam[0])
+    y = data.targets.to(torch.float32 if config.net_dtype == "float32" else torch.float64)
+    with torch.no_grad():
+        f0 = net(data.x).to(torch.float64)
+    curve, t_star = train_until_drop(
+        net,
+        data.x,
+        y,
+        eta=eta,
+        drop=config.drop,
+        max_steps=config.max_t,
+        chunk=config.chunk_t,
+    )
+    l0 = float(curve[0])
+    steps = torch.arange(curve.shape[0])
+    trace = trace_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
+    lmin = lambda_min_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
+    r0 = f0 - data.targets  # shape: (n, k); flattened (i, a) -> i k + a for the full NTK
+    r0 = r0.reshape(-1, 1) if config.kernel == "full" else r0
+    linear = gd_loss_curve(lam, vecs, r0, steps, learning_rate=eta, normalization="sum")
+    return _Curves(curve, trace, lmin, linear, lam, eta, t_star)
+
+
+def _run_metrics(
+    config: TraceBoundConfig, tag: str, init: InitName, c: _Curves, net: nn.Module, test: ImageData
+) -> list[Metric]:
+    """Metrics of one network and init at :math:`t^*`: the trace and linearized predictions
+    over the actual loss, the :math:`\\lambda_{\\min}` bound's fraction of :math:`L_0`, the
+    test loss and :math:`\\mathrm{tr}(K)/n`; only the steps run when the drop was not reached.
+    """
+    l0 = float(c.loss[0])
+    t_star = c.t_star
+    if t_star is None:
+        return [
+            Metric(
+                f"steps_run[{tag}]",
+                c.loss.shape[0] - 1,
+                predicted=f"a {config.drop:g}-fold drop",
+                note=f"the loss fell only {l0 / float(c.loss.min()):.3g}-fold",
+            )
+        ]
+    factor = FACTOR[init]
+    actual = float(c.loss[t_star])
+    return [
+        Metric(
+            f"steps_to_drop[{tag}]",
+            t_star,
+            note=f"first step with loss <= L0/{config.drop:g}; eta = 1/lambda_max = {c.eta:.3g}",
+        ),
+        Metric(
+            f"trace_over_actual[{tag}]",
+            float(c.trace[t_star]) / actual,
+            predicted=f"[{1 / factor:.3g}, {factor:g}]",
+            note="c tr[(I - eta K)^(2t) K] / L_t at t*, c fixed at t = 0",
+        ),
+        Metric(
+            f"linearized_over_actual[{tag}]",
+            float(c.linearized[t_star]) / actual,
+            note="spectral loss of the network linearized at init / L_t at t*",
+        ),
+        Metric(
+            f"lambda_min_bound_fraction[{tag}]",
+            float(c.lambda_min[t_star]) / l0,
+            predicted=f">= {LAMBDA_MIN_FRACTION}",
+            note=f"(1 - eta lambda_min)^(2t*), lambda_min = {float(c.eigenvalues[-1]):.3g}",
+        ),
+        Metric(
+            f"test_loss[{tag}]",
+            _test_loss(net, test.x, test.targets),
+            note=f"0.5 ||f - y||^2 per test image at t*, {test.x.shape[0]} images",
+        ),
+        Metric(
+            f"trace_over_n[{tag}]",
+            generalization_figure(c.eigenvalues),
+            note="generalization figure tr(K)/n of the NTK at init",
+        ),
+    ]
+
+
 def measure(config: TraceBoundConfig, ctx: RunContext) -> Measurement:
     """The linear model's check, then GD on every network and init until the ``drop``-fold
     loss, with the trace prediction, the linearized loss and the :math:`\\lambda_{\\min}`
@@ -348,101 +477,27 @@ def measure(config: TraceBoundConfig, ctx: RunContext) -> Measurement:
     }
     jobs = [(name, init) for name in config.networks for init in config.inits]
     for j, (name, init) in enumerate(jobs):
-        width = config.mlp_width if name == "mlp" else config.cnn_channels
         net = network(
             name,
             data,
             depth=config.depth,
-            width=width,
+            width=config.mlp_width if name == "mlp" else config.cnn_channels,
             w_std=config.w_std,
             b_std=config.b_std,
             generator=ctx.generator(f"init-{name}-{init}"),
             dtype=dtype,
             zero_output=init == "zero",
         )
-        if config.kernel == "full":
-            # The (n k) x (n k) NTK of the k-output network: outputs share features, so the
-            # output-averaged kernel (Theta (x) I) misses the coupling between them.
-            n_out = data.targets.shape[1]
-            full = ntk(net, data.x, outputs="full", max_memory=budget)  # (n, n, k, k)
-            kernel = full.permute(0, 2, 1, 3).reshape(n_out * len(data.x), -1)
-        else:
-            kernel = ntk(net, data.x, max_memory=budget)
-        lam, vecs = kernel_eigh(kernel)
-        eta = 1.0 / float(lam[0])
-        y = data.targets.to(dtype)
-        with torch.no_grad():
-            f0 = net(data.x).to(torch.float64)
-        curve, t_star = train_until_drop(
-            net,
-            data.x,
-            y,
-            eta=eta,
-            drop=config.drop,
-            max_steps=config.max_t,
-            chunk=config.chunk_t,
-        )
-        l0 = float(curve[0])
-        steps = torch.arange(curve.shape[0])
-        trace = trace_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
-        lmin = lambda_min_bound(lam, steps, learning_rate=eta, loss0=l0, normalization="sum")
-        r0 = f0 - data.targets  # shape: (n, k); flattened (i, a) -> i k + a for the full NTK
-        r0 = r0.reshape(-1, 1) if config.kernel == "full" else r0
-        linear = gd_loss_curve(lam, vecs, r0, steps, learning_rate=eta, normalization="sum")
+        c = _run(config, net, data, budget)
         tag = _tag(name, init)
-        if t_star is None:
-            metrics.append(
-                Metric(
-                    f"steps_run[{tag}]",
-                    curve.shape[0] - 1,
-                    predicted=f"a {config.drop:g}-fold drop",
-                    note=f"the loss fell only {l0 / float(curve.min()):.3g}-fold",
-                )
-            )
-        else:
-            factor = FACTOR[init]
-            metrics += [
-                Metric(
-                    f"steps_to_drop[{tag}]",
-                    t_star,
-                    note=f"first step with loss <= L0/{config.drop:g}; eta = 1/lambda_max "
-                    f"= {eta:.3g}",
-                ),
-                Metric(
-                    f"trace_over_actual[{tag}]",
-                    float(trace[t_star]) / float(curve[t_star]),
-                    predicted=f"[{1 / factor:.3g}, {factor:g}]",
-                    note="c tr[(I - eta K)^(2t) K] / L_t at t*, c fixed at t = 0",
-                ),
-                Metric(
-                    f"linearized_over_actual[{tag}]",
-                    float(linear[t_star]) / float(curve[t_star]),
-                    note="spectral loss of the network linearized at init / L_t at t*",
-                ),
-                Metric(
-                    f"lambda_min_bound_fraction[{tag}]",
-                    float(lmin[t_star]) / l0,
-                    predicted=f">= {LAMBDA_MIN_FRACTION}",
-                    note=f"(1 - eta lambda_min)^(2t*), lambda_min = {float(lam[-1]):.3g}",
-                ),
-                Metric(
-                    f"test_loss[{tag}]",
-                    _test_loss(net, test.x, test.targets),
-                    note=f"0.5 ||f - y||^2 per test image at t*, {test.x.shape[0]} images",
-                ),
-                Metric(
-                    f"trace_over_n[{tag}]",
-                    generalization_figure(lam),
-                    note="generalization figure tr(K)/n of the NTK at init",
-                ),
-            ]
+        metrics += _run_metrics(config, tag, init, c, net, test)
         key = f"{name}_{init}"
-        arrays[f"loss_{key}"] = curve.numpy()
-        arrays[f"trace_{key}"] = trace.numpy()
-        arrays[f"lambda_min_{key}"] = lmin.numpy()
-        arrays[f"linearized_{key}"] = linear.numpy()
-        arrays[f"eigenvalues_{key}"] = lam.numpy()
-        ctx.progress((j + 1) / len(jobs), f"{tag}: t* = {t_star}")
+        arrays[f"loss_{key}"] = c.loss.numpy()
+        arrays[f"trace_{key}"] = c.trace.numpy()
+        arrays[f"lambda_min_{key}"] = c.lambda_min.numpy()
+        arrays[f"linearized_{key}"] = c.linearized.numpy()
+        arrays[f"eigenvalues_{key}"] = c.eigenvalues.numpy()
+        ctx.progress((j + 1) / len(jobs), f"{tag}: t* = {c.t_star}")
     return Measurement(
         metrics=tuple(metrics),
         arrays=arrays,
