@@ -472,9 +472,75 @@ def _ntk_diagonal(arch: nk.Architecture, x: Tensor) -> Tensor:
         )
 
 
+def _seed_mse(
+    config: SawtoothSamplesConfig,
+    arch: nk.Architecture,
+    targets: Sequence[TentMapS1],
+    ns: Sequence[int],
+    gen: torch.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Test MSE of validated NTK ridge regression for one seed's data at every ``n``.
+
+    The fit sets are nested: the first :func:`_fit_size` of ``n`` of ``n_max`` points drawn
+    once, the rest of the first ``n`` validating the ridge (:func:`select_ridge_banded`).
+
+    Returns
+    -------
+    mse : ndarray, shape (n_sizes, n_levels)
+        Noiseless test MSE plus the noise variance :math:`\\sigma^2`.
+    ridges : ndarray, shape (n_sizes, n_levels)
+        Chosen ridges over the mean NTK diagonal.
+    """
+    dtype = torch.float64
+    sigma2 = config.noise_sd**2
+    angles, x = uniform_circle(config.n_max, generator=gen, dtype=dtype)
+    test_angles, x_test = uniform_circle(config.n_test, generator=gen, dtype=dtype)
+    noise = config.noise_sd * torch.randn(config.n_max, generator=gen, dtype=dtype)
+    y = torch.stack([f(angles) for f in targets], dim=1) + noise[:, None]
+    y_test = torch.stack([f(test_angles) for f in targets], dim=1)
+    # the fit sets are nested: the largest one's columns serve every n
+    fit_max = _fit_size(ns[-1], config.validation_fraction)
+    k_all = _ntk_rows(arch, x, x[:fit_max])  # shape: (n_max, fit_max)
+    k_test = _ntk_rows(arch, x_test, x[:fit_max])  # shape: (n_test, fit_max)
+    scale = float(_ntk_diagonal(arch, x).mean())
+    ridges = scale * torch.tensor(config.ridges, dtype=dtype)
+    mse = np.zeros((len(ns), len(targets)))
+    chosen = np.zeros_like(mse)
+    for i, n in enumerate(ns):
+        n_fit = _fit_size(n, config.validation_fraction)
+        sel = select_ridge_banded(
+            k_all[:n_fit, :n_fit], y[:n_fit], k_all[n_fit:n, :n_fit], y[n_fit:n], ridges
+        )
+        pred = k_test[:, :n_fit] @ sel.alpha
+        mse[i] = ((pred - y_test).square().mean(dim=0) + sigma2).numpy()
+        chosen[i] = (sel.ridge / scale).numpy()
+    return mse, chosen
+
+
+def _growth(
+    config: SawtoothSamplesConfig, n_star: np.ndarray, n_max: int
+) -> tuple[tuple[float, float, float], list[str]]:
+    """Growth factor of ``n*`` per level, :math:`e^{\\text{rate}}` of an exponential fit over
+    ``config.fit_levels``, with its interval; NaN and a note when some ``n*`` is infinite.
+
+    Parameters
+    ----------
+    n_star : ndarray, shape (n_levels,)
+    n_max : int
+        Largest ``n`` of the grid.
+    """
+    levels = config.levels
+    level_arr = np.array(levels, dtype=np.float64)
+    fit_sel = np.isin(level_arr, np.array(config.fit_levels, dtype=np.float64))
+    if np.all(np.isfinite(n_star[fit_sel])):
+        fit = fit_exponential_rate(level_arr[fit_sel], n_star[fit_sel])
+        return (math.exp(-fit.rate), math.exp(-fit.ci_high), math.exp(-fit.ci_low)), []
+    missing = [lv for lv, s in zip(levels, n_star, strict=True) if not math.isfinite(s)]
+    return (math.nan, math.nan, math.nan), [f"n* not reached within n <= {n_max} for L = {missing}"]
+
+
 def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
     """Test MSE of validated NTK ridge regression on the grid of ``n`` and ``L``, and n*."""
-    dtype = torch.float64
     ns = geometric_grid(config.n_min, config.n_max, config.grid_ratio)
     levels = config.levels
     arch = relu_network(config.depth, config.w_std, config.b_std)
@@ -484,26 +550,9 @@ def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
     mse = np.zeros((config.seeds, len(ns), len(levels)))
     ridges_chosen = np.zeros_like(mse)
     for seed in range(config.seeds):
-        gen = ctx.generator(f"seed{seed}")
-        angles, x = uniform_circle(config.n_max, generator=gen, dtype=dtype)
-        test_angles, x_test = uniform_circle(config.n_test, generator=gen, dtype=dtype)
-        noise = config.noise_sd * torch.randn(config.n_max, generator=gen, dtype=dtype)
-        y = torch.stack([f(angles) for f in targets], dim=1) + noise[:, None]
-        y_test = torch.stack([f(test_angles) for f in targets], dim=1)
-        # the fit sets are nested: the largest one's columns serve every n
-        fit_max = _fit_size(ns[-1], config.validation_fraction)
-        k_all = _ntk_rows(arch, x, x[:fit_max])  # shape: (n_max, fit_max)
-        k_test = _ntk_rows(arch, x_test, x[:fit_max])  # shape: (n_test, fit_max)
-        scale = float(_ntk_diagonal(arch, x).mean())
-        ridges = scale * torch.tensor(config.ridges, dtype=dtype)
-        for i, n in enumerate(ns):
-            n_fit = _fit_size(n, config.validation_fraction)
-            sel = select_ridge_banded(
-                k_all[:n_fit, :n_fit], y[:n_fit], k_all[n_fit:n, :n_fit], y[n_fit:n], ridges
-            )
-            pred = k_test[:, :n_fit] @ sel.alpha
-            mse[seed, i] = ((pred - y_test).square().mean(dim=0) + sigma2).numpy()
-            ridges_chosen[seed, i] = (sel.ridge / scale).numpy()
+        mse[seed], ridges_chosen[seed] = _seed_mse(
+            config, arch, targets, ns, ctx.generator(f"seed{seed}")
+        )
         ctx.progress((seed + 1) / config.seeds, f"seed {seed}: n up to {ns[-1]}")
 
     mean_mse = mse.mean(axis=0)  # shape: (n, L)
@@ -513,17 +562,7 @@ def measure(config: SawtoothSamplesConfig, ctx: RunContext) -> Measurement:
     )
     counts = np.array([parameter_count(tent_network(level)) for level in levels])
     level_arr = np.array(levels, dtype=np.float64)
-    fit_sel = np.isin(level_arr, np.array(config.fit_levels, dtype=np.float64))
-    notes: list[str] = []
-    if np.all(np.isfinite(n_star[fit_sel])):
-        fit = fit_exponential_rate(level_arr[fit_sel], n_star[fit_sel])
-        factor, lo, hi = math.exp(-fit.rate), math.exp(-fit.ci_high), math.exp(-fit.ci_low)
-    else:
-        factor = lo = hi = math.nan
-        notes.append(
-            f"n* not reached within n <= {ns[-1]} for L = "
-            f"{[lv for lv, s in zip(levels, n_star, strict=True) if not math.isfinite(s)]}"
-        )
+    (factor, lo, hi), notes = _growth(config, n_star, ns[-1])
     metrics = [
         Metric(
             "samples_growth_per_level",
