@@ -235,6 +235,55 @@ def test_dense_layer_parameterizations(path: str) -> None:
     check(model, x, None, "trace")
 
 
+class _MeanPool(nn.Module):
+    """Global average pooling over the spatial axes: (n, C, *S) -> (n, C)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(2).mean(2)
+
+
+CONV_LAYER_CASES = [  # (spatial dims, parameterization, strides, padding, pooled)
+    (2, "ntk", 1, "SAME", False),
+    (2, "standard", 1, "SAME", True),
+    (2, "ntk", 2, "SAME", False),
+    (2, "standard", 2, "VALID", True),
+    (2, "ntk", 1, "CIRCULAR", True),
+    (2, "ntk", 2, 1, False),
+    (1, "ntk", 1, "SAME", True),
+    (1, "standard", 2, "VALID", False),
+]
+
+
+@pytest.mark.parametrize(("dims", "kind", "stride", "padding", "pooled"), CONV_LAYER_CASES)
+def test_conv_layer(
+    path: str, dims: int, kind: str, stride: int, padding: object, pooled: bool
+) -> None:
+    """ntklab's ConvLayer (effective weight ``w_std W / sqrt(C |f|)`` in NTK
+    parameterization) and DenseLayer are covered, none of their parameters falls back, and
+    the kernel matches the naive per-example reference."""
+    from ntklab.nets import ConvLayer
+
+    gen = torch.Generator().manual_seed(0)
+    kw = {"generator": gen, "dtype": F64, "parameterization": kind}
+    strides = (stride,) * dims
+    model = nn.Sequential(
+        ConvLayer(2, 4, (3,) * dims, strides=strides, padding=padding, w_std=1.3, b_std=0.2, **kw),  # type: ignore[arg-type]
+        nn.Tanh(),
+        ConvLayer(4, 3, (2,) * dims, strides=strides, padding=padding, w_std=1.1, b_std=0.3, **kw),  # type: ignore[arg-type]
+        nn.Tanh(),
+        _MeanPool() if pooled else nn.Flatten(1),
+        DenseLayer(None, 3, w_std=0.9, b_std=0.1, **kw),  # type: ignore[arg-type]
+    )
+    x = torch.randn(5, 2, *(7,) * dims, dtype=F64)
+    model(x[:1])  # materialize the lazy DenseLayer
+    fm = functional_model(model)
+    layers = st._covered_layers(fm)
+    assert {p for layer in layers for p in layer.params} == set(fm.params)
+    check(model, x, x[:2] + 0.5, "full")
+    check(model, x, None, "trace")
+    check(model, x, None, "diagonal")
+
+
 # ---------------------------------------------------------------- chunks and dtypes
 
 

@@ -28,7 +28,9 @@ formulas):
   ``sum_c alpha_iac alpha_jbc <H_ic, H'_jc>``.
 
 Covered: ``nn.Linear``, ntklab's ``DenseLayer``, ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d``
-(strides, padding, dilation, groups), and the affine parameters of BatchNorm (eval mode) and
+(strides, padding, dilation, groups), ntklab's ``ConvLayer`` (described to the same code as
+an ``nn.Conv1d``/``nn.Conv2d`` without padding reading the padded, scaled input
+``s_w pad(x)``, :func:`_conv_view`), and the affine parameters of BatchNorm (eval mode) and
 LayerNorm, which are per-channel scales of the normalized input (a depthwise ``1 x 1``
 convolution of ``x_hat``). Parameters that no covered module owns (custom parameters, tied
 weights, ...) contribute through a per-example Jacobian of just those parameters
@@ -55,6 +57,8 @@ from torch.overrides import TorchFunctionMode
 
 from .._checks import check_positive_int
 from ..errors import NtklabValueError
+from ..kernels.conv import ConvLayer
+from ..kernels.covariance import pads_for
 from ..nets.modules import DenseLayer
 from ._functional import FunctionalModel, Outputs, check_batch
 from .structured_conv import (
@@ -115,8 +119,11 @@ class _Layer:
     weight, bias : str or None
         Qualified parameter names if differentiated, else None.
     weight_scale, bias_scale : float
-        ``s_w`` and ``s_b`` (1 except for ``DenseLayer`` in NTK parameterization:
-        ``w_std / sqrt(in_features)`` and ``b_std``).
+        ``s_w`` and ``s_b`` (1 except for ``DenseLayer`` and ``ConvLayer`` in NTK
+        parameterization: ``w_std / sqrt(fan_in)`` and ``b_std``).
+    conv : nn.Conv1d or nn.Conv2d, optional
+        For a ``ConvLayer``: the convolution it computes, as the contractions read it
+        (:func:`_conv_view`); the hooks stay on ``module``.
     """
 
     name: str
@@ -125,6 +132,12 @@ class _Layer:
     bias: str | None
     weight_scale: float = 1.0
     bias_scale: float = 1.0
+    conv: nn.Module | None = None
+
+    @property
+    def op(self) -> nn.Module:
+        """The module the contractions read: ``conv`` if given, else ``module``."""
+        return self.module if self.conv is None else self.conv
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -132,9 +145,9 @@ class _Layer:
 
     @property
     def kind(self) -> Kind:
-        if isinstance(self.module, NORMALIZATIONS):
+        if isinstance(self.op, NORMALIZATIONS):
             return "norm"
-        if isinstance(self.module, CONVOLUTIONS):
+        if isinstance(self.op, CONVOLUTIONS):
             return "conv"
         return "dense"
 
@@ -143,12 +156,12 @@ class _Layer:
         """``G``: independent groups of input and output channels."""
         if self.kind == "norm":
             return self.channels
-        return self.module.groups if isinstance(self.module, CONVOLUTIONS) else 1
+        return self.op.groups if isinstance(self.op, CONVOLUTIONS) else 1
 
     @property
     def width(self) -> int:
         """``D``: the input (patch) length of one group; the weight is ``C x D``."""
-        mod = self.module
+        mod = self.op
         if isinstance(mod, CONVOLUTIONS):
             return mod.in_channels // mod.groups * math.prod(mod.kernel_size)
         if isinstance(mod, nn.Linear):
@@ -158,7 +171,7 @@ class _Layer:
     @property
     def channels(self) -> int:
         """``C``: the output features or channels."""
-        mod = self.module
+        mod = self.op
         if isinstance(mod, nn.LayerNorm):
             return math.prod(mod.normalized_shape)
         if isinstance(mod, _BatchNorm):
@@ -187,7 +200,53 @@ def _layer_scales(mod: nn.Module) -> tuple[float, float] | None:
     if isinstance(mod, DenseLayer) and kind is DenseLayer and not mod.has_uninitialized_params():
         w_mult, _, b_mult, _ = mod.scales
         return w_mult, b_mult
+    if (
+        isinstance(mod, ConvLayer)
+        and kind is ConvLayer
+        and not mod.has_uninitialized_params()
+        and len(mod.filter_shape) in (1, 2)
+    ):
+        if mod.parameterization == "standard":
+            return 1.0, 1.0
+        return mod.w_std / math.sqrt(mod.fan_in), float(mod.b_std or 0.0)
     return None
+
+
+def _conv_view(mod: ConvLayer) -> nn.Module:
+    """The convolution a :class:`~ntklab.kernels.conv.ConvLayer` applies to its padded
+    input, as an ``nn.Conv1d``/``nn.Conv2d`` without padding (``padding=0``, its strides,
+    effective weight ``s_w W``, no bias: the contractions read the bias from the layer),
+    on the meta device but for the weight; the padding (``SAME``, ``VALID``, ``CIRCULAR``
+    or explicit, which may depend on the input's size) is applied to the input kept by the
+    hooks (:func:`_layer_input`)."""
+    f, s = mod.filter_shape, mod.strides
+    channels = (mod.in_channels, int(mod.weight.shape[0]))
+    conv: nn.Conv1d | nn.Conv2d
+    if len(f) == 1:
+        conv = nn.Conv1d(*channels, f[0], stride=s[0], padding=0, bias=False, device="meta")
+    else:
+        conv = nn.Conv2d(
+            *channels, (f[0], f[1]), stride=(s[0], s[1]), padding=0, bias=False, device="meta"
+        )
+    s_w = 1.0 if mod.parameterization == "standard" else mod.w_std / math.sqrt(mod.fan_in)
+    conv.weight = nn.Parameter(mod.weight.detach() * s_w, requires_grad=False)
+    return conv
+
+
+def _pad_input(mod: ConvLayer, x: Tensor) -> Tensor:
+    """A :class:`~ntklab.kernels.conv.ConvLayer`'s input padded as its forward pads it."""
+    dims = len(mod.filter_shape)
+    pads: list[int] = []
+    for axis in reversed(range(dims)):  # F.pad lists the last axis first
+        pads.extend(
+            pads_for(
+                mod.padding, int(x.shape[2 + axis]), mod.filter_shape[axis], mod.strides[axis], axis
+            )
+        )
+    if not any(pads):
+        return x
+    mode = "circular" if mod.padding == "CIRCULAR" else "constant"
+    return nn.functional.pad(x, pads, mode=mode)
 
 
 def _covered_layers(fm: FunctionalModel) -> tuple[_Layer, ...]:
@@ -209,7 +268,8 @@ def _covered_layers(fm: FunctionalModel) -> tuple[_Layer, ...]:
             ok = tensor is not None and qual in fm.params and owners.get(id(tensor)) == 1
             found.append(qual if ok else None)
         if found[0] is not None or found[1] is not None:
-            layers.append(_Layer(name, mod, found[0], found[1], *scales))
+            conv = _conv_view(mod) if isinstance(mod, ConvLayer) else None
+            layers.append(_Layer(name, mod, found[0], found[1], *scales, conv=conv))
     return tuple(layers)
 
 
@@ -304,10 +364,12 @@ def _layer_input(layer: _Layer, x: object, n: int) -> Tensor | None:
     or another layout than the module expects. Always copies (safe from in-place ops)."""
     if not isinstance(x, Tensor) or x.ndim < 2 or x.shape[0] != n:
         return None
-    mod = layer.module
+    mod = layer.op
     if isinstance(mod, CONVOLUTIONS):
         if x.ndim != mod.weight.ndim:
             return None
+        if isinstance(layer.module, ConvLayer):  # padded as its forward pads, scaled by s_w
+            return _pad_input(layer.module, x.detach()).mul(layer.weight_scale)
         return x.detach().clone()
     if layer.kind == "norm":
         if isinstance(mod, nn.LayerNorm):
@@ -325,7 +387,7 @@ def _rows(layer: _Layer, calls: Sequence[Tensor], sub: slice) -> Tensor:
     """The inputs (patches) ``s_w u`` of shape (s, P, G, D) of the examples ``sub``, calls
     concatenated along P, from what :func:`_layer_input` kept."""
     if layer.kind == "conv":
-        parts = [conv_patches(layer.module, raw[sub]) for raw in calls]
+        parts = [conv_patches(layer.op, raw[sub]) for raw in calls]
     else:
         parts = [u[sub] for u in calls]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -333,7 +395,7 @@ def _rows(layer: _Layer, calls: Sequence[Tensor], sub: slice) -> Tensor:
 
 def _positions(layer: _Layer, outputs: Sequence[Tensor]) -> int:
     """``P``: the positions of all calls of a layer, from their outputs."""
-    return sum(channels_first(layer.module, y).shape[2] for y in outputs)
+    return sum(channels_first(layer.op, y).shape[2] for y in outputs)
 
 
 #: Elements of the inputs (patches) and stacked cotangents of the examples processed at
@@ -519,7 +581,7 @@ def _collect(
         if check is not None and index in check:
             raise _UnsplitError(layer.name)
         columns = [
-            channels_first(layer.module, torch.zeros_like(y) if g is None else g)
+            channels_first(layer.op, torch.zeros_like(y) if g is None else g)
             for y, g in zip(ys, calls, strict=True)
         ]
         g = columns[0] if len(columns) == 1 else torch.cat(columns, dim=2)
@@ -1318,7 +1380,7 @@ def _split_saving(layer: _Layer, p: int, calls: Sequence[Tensor], k: int) -> flo
     unfolded input gradient ``C_in taps P_in``."""
     mod = layer.module
     if not isinstance(mod, CONVOLUTIONS) or mod.padding_mode != "zeros" or len(calls) != 1:
-        return 0.0
+        return 0.0  # a ConvLayer's kept input is padded: its cotangents would need cropping
     raw = calls[0]
     p_in = math.prod(raw.shape[2:])
     direct = _layer_flops(layer, p)
@@ -1506,7 +1568,7 @@ def structured_peak_bytes(
         bias = int(layer.bias is not None)
         channels, groups = layer.channels, layer.groups
         patches = c * p * groups * layer.width
-        taps = math.prod(layer.module.kernel_size) if isinstance(layer.module, CONVOLUTIONS) else 1
+        taps = math.prod(layer.op.kernel_size) if isinstance(layer.op, CONVOLUTIONS) else 1
         cotangents += c * k * p * channels
         if layer.name in prof.split:  # input cotangents of every output, about P C_in each
             cotangents += c * k * patches // (c * taps)
