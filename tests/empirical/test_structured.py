@@ -300,6 +300,25 @@ def test_chunking_identical(
             torch.testing.assert_close(got, whole, atol=1e-13, rtol=1e-13)
 
 
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_default_capture_chunk(
+    model_and_inputs: tuple[str, nn.Module, Tensor, Tensor],
+    outputs: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Capture passes of one example (the default chunk under a tiny element budget), whole
+    kernel blocks: the naive reference's kernel; the memory model counts the smaller chunk."""
+    _, model, x1, x2 = model_and_inputs
+    fm = functional_model(model)
+    before = structured_peak_bytes(fm, 4, 4, 3, outputs, x=x1)  # type: ignore[arg-type]
+    monkeypatch.setattr(st, "_CAPTURE_ELEMENTS", 1)
+    prof = st._profile(fm, x1)
+    assert st._capture_chunk(prof, 4, 4, prof.outputs, outputs, False) == 1  # type: ignore[arg-type]
+    assert structured_peak_bytes(fm, 4, 4, 3, outputs, x=x1) <= before  # type: ignore[arg-type]
+    check(model, x1, x2, outputs)
+    check(model, x1, None, outputs)
+
+
 def test_float32_in_float32_out() -> None:
     torch.manual_seed(0)
     model = cnn(3)

@@ -1208,8 +1208,10 @@ def ntk_structured(
         neural-tangents' conventions: the mean over outputs of ``Theta[:, :, a, a]``,
         the whole ``Theta``, or its diagonal in the outputs.
     chunk_size : int, optional
-        Examples per capture pass and per kernel block (``None``: all at once). Bounds the
-        memory of the intermediate products; the result is the same.
+        Examples per capture pass and per kernel block. ``None``: kernel blocks of all the
+        inputs, capture passes of as many examples as keep their tensors within about
+        ``2**27`` elements (measured on ``x1[:1]``). Bounds the memory of the intermediate
+        products; the result is the same.
 
     Returns
     -------
@@ -1264,13 +1266,17 @@ def ntk_structured(
     same = x2 is None or x2 is x1
     x2 = x1 if x2 is None else check_batch("x2", x2, fm)
     n1, n2 = x1.shape[0], x2.shape[0]
-    chunk = min(chunk_size or max(n1, n2), max(n1, n2))
+    block = min(chunk_size or max(n1, n2), max(n1, n2))  # Gram tiles
     layers = list(_covered_layers(fm))
     covered = {p for layer in layers for p in layer.params}
     fallback = [p for p in fm.params if p not in covered]
     unfactored: set[str] = set()
     unsplit: set[str] = set()
-    planned = _profile(fm, x1).split
+    prof = _profile(fm, x1)
+    planned = prof.split
+    chunk = block  # examples captured at once
+    if chunk_size is None and prof.outputs:
+        chunk = _capture_chunk(prof, n1, n2, prof.outputs, outputs, same)
     while True:  # each retry covers fewer parameters or factors or splits fewer layers
         split = frozenset(planned) - unsplit - unfactored
         try:
@@ -1299,7 +1305,7 @@ def ntk_structured(
             raise NtklabValueError(
                 f"x2: expected the model to give {b1.k} outputs as for x1, got {b2.k}"
             )
-        return _accumulate(b1, b2, n1, n2, chunk, outputs, same, fm)
+        return _accumulate(b1, b2, n1, n2, block, outputs, same, fm)
 
 
 # ------------------------------------------------------------------ profile and costs
@@ -1314,6 +1320,7 @@ class _Profile:
     fallback: int  # F: number of fallback scalar parameters
     activations: int  # elements of the forward's intermediate tensors, per example
     split: dict[str, float] = dataclasses.field(default_factory=dict)  # name: flops saved
+    outputs: int = 0  # k, measured on the sample (0 without one)
 
 
 #: The last profiles measured on a sample: (sample tensor, model, profile), compared by
@@ -1364,7 +1371,10 @@ def _profile(fm: FunctionalModel, x: Tensor | None) -> _Profile:
                 split[layer.name] = saved
     covered = {p for layer, _, _ in sized for p in layer.params}
     fallback = sum(v.numel() for p, v in fm.params.items() if p not in covered)
-    prof = _Profile(sized, fallback, acts) if x is None else _Profile(sized, fallback, acts, split)
+    if x is None:
+        prof = _Profile(sized, fallback, acts)
+    else:
+        prof = _Profile(sized, fallback, acts, split, k)
     if x is not None:
         _PROFILES.insert(0, (weakref.ref(x), weakref.ref(fm), prof))
         del _PROFILES[_PROFILES_KEPT:]
@@ -1541,7 +1551,8 @@ def structured_peak_bytes(
       ``2 * 2**22`` elements).
 
     Parameters are those of :func:`structured_flops`; ``chunk_size`` as in
-    :func:`ntk_structured` (``c = chunk_size`` or ``max(n1, n2)``).
+    :func:`ntk_structured` (``c = chunk_size``, or ``max(n1, n2)`` for the tiles and the
+    default capture chunk of :func:`ntk_structured` for the capture).
 
     Examples
     --------
@@ -1563,21 +1574,22 @@ def structured_peak_bytes(
     cotangents = 0
     scratch = 0
     tile = 0
+    cc = c if chunk_size else _capture_chunk(prof, n1, n2, k, outputs, symmetric)
     for layer, p, factorable in prof.layers:
         weight = layer.width if layer.weight is not None else 0
         bias = int(layer.bias is not None)
         channels, groups = layer.channels, layer.groups
-        patches = c * p * groups * layer.width
+        patches = cc * p * groups * layer.width
         taps = math.prod(layer.op.kernel_size) if isinstance(layer.op, CONVOLUTIONS) else 1
-        cotangents += c * k * p * channels
+        cotangents += cc * k * p * channels
         if layer.name in prof.split:  # input cotangents of every output, about P C_in each
-            cotangents += c * k * patches // (c * taps)
-            scratch = max(scratch, _SPLIT_ELEMENTS + 2 * c * k * p * channels)
+            cotangents += k * patches // taps
+            scratch = max(scratch, _SPLIT_ELEMENTS + 2 * cc * k * p * channels)
         path = _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable)
         if layer.name in prof.split:
             path = "factored"
         inputs += patches if path == "pairwise" else patches // taps
-        scratch = max(scratch, min(2 * _CACHE_ELEMENTS, c * p * (k * channels + patches // c)))
+        scratch = max(scratch, min(2 * _CACHE_ELEMENTS, cc * p * (k * channels + patches // cc)))
         if path == "pairwise":
             kept += batches * p * (groups * weight + k * channels)
             rows = c * p
@@ -1592,7 +1604,35 @@ def structured_peak_bytes(
             kept += batches * channels * (weight + bias + k)
             gram = c * c * channels * (k if outputs == "full" else 1)
             tile = max(tile, 2 * min(gram, _FACTORED_ELEMENTS + c * channels * k))
-    capture = inputs + cotangents + scratch + 2 * c * prof.activations
+    capture = inputs + cotangents + scratch + 2 * cc * prof.activations
     if prof.fallback:
-        capture = max(capture, c * k * (prof.activations + 2 * prof.fallback))
+        capture = max(capture, cc * k * (prof.activations + 2 * prof.fallback))
     return int(item * (kernel + kept + max(capture, tile)))
+
+
+#: Elements of the tensors of one capture chunk (forward, cotangents, saved inputs) that
+#: :func:`ntk_structured` aims at by default (1 GiB in float64): beyond a few dozen examples
+#: larger chunks are not faster, and the memory is better spent on larger blocks.
+_CAPTURE_ELEMENTS = 2**27
+
+
+def _capture_chunk(
+    prof: _Profile, n1: int, n2: int, k: int, outputs: Outputs, symmetric: bool
+) -> int:
+    """Examples captured at once by default: as many as keep the chunk's forward tensors
+    (twice, for the backward passes), cotangents of every output and saved inputs (patches
+    for a pairwise layer, a copy of the input otherwise) within :data:`_CAPTURE_ELEMENTS`,
+    at least 1, at most ``max(n1, n2)``."""
+    per_example = 2 * prof.activations
+    for layer, p, factorable in prof.layers:
+        patches = p * layer.groups * layer.width
+        taps = math.prod(layer.op.kernel_size) if isinstance(layer.op, CONVOLUTIONS) else 1
+        per_example += k * p * layer.channels
+        path = _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable)
+        if layer.name in prof.split:
+            per_example += k * patches // taps
+            path = "factored"
+        per_example += patches if path == "pairwise" else patches // taps
+    if prof.fallback:
+        per_example = max(per_example, k * (prof.activations + 2 * prof.fallback))
+    return max(1, min(max(n1, n2), _CAPTURE_ELEMENTS // max(1, per_example)))
