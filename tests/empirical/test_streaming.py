@@ -12,7 +12,9 @@ import torch
 from torch import Tensor
 
 import ntklab as nl
-from conftest import F64, cnn, mlp3
+from conftest import F64, cnn, mlp3, naive_ntk
+from ntklab.empirical import structured as st
+from ntklab.empirical._functional import functional_model
 from ntklab.empirical.streaming import fill_blocks, result_shape
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
@@ -183,3 +185,56 @@ def test_x2_is_x1_is_the_symmetric_kernel() -> None:
     got = nl.empirical.ntk(model, x, x, block_size=4, progress=lambda f, _m: fractions.append(f))
     assert len(fractions) == 6
     torch.testing.assert_close(got, nl.empirical.ntk(model, x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["x2=None", "x2"])
+def test_structured_row_blocks_captured_once(
+    symmetric: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of 4 of 11 inputs: each row block's factors are formed once and reused for its
+    row (3 row blocks, plus 3 column blocks above the diagonal or 3 x 2 of x2), and the
+    kernel is the unblocked one."""
+
+    torch.manual_seed(0)
+    model = cnn(3).to(F64)
+    gen = torch.Generator().manual_seed(2)
+    x1 = torch.randn(11, 3, 8, 8, dtype=F64, generator=gen)
+    x2 = None if symmetric else torch.randn(6, 3, 8, 8, dtype=F64, generator=gen)
+    whole = nl.empirical.ntk(model, x1, x2, method="structured")
+    sizes: list[int] = []
+    original = st._batch_factors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(int(args[3].shape[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(st, "_batch_factors", counted)
+    blocked = nl.empirical.ntk(model, x1, x2, method="structured", block_size=4)
+    torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12 * float(whole.abs().max()))
+    assert sizes == ([4, 4, 3, 4, 3, 3] if symmetric else [4, 4, 2, 4, 4, 2, 3, 4, 2])
+    assert st._ROWS.entry is None  # nothing kept after the call
+
+
+def test_reusing_rows_sees_in_place_changes() -> None:
+    """Kept factors are not reused once a parameter or the input changed in place, and are
+    dropped on leaving the context."""
+
+    torch.manual_seed(0)
+    model = mlp3(2).to(F64)
+    x1 = torch.randn(5, 5, dtype=F64)
+    x2 = torch.randn(3, 5, dtype=F64)
+    fm = functional_model(model)
+    with st.reusing_rows():
+        st.ntk_structured(fm, x1, x2, "trace")
+        with torch.no_grad():
+            model[0].weight.mul_(1.5)
+        after_weight = st.ntk_structured(fm, x1, x2, "trace")
+        x1.mul_(0.5)
+        after_input = st.ntk_structured(fm, x1, x2, "trace")
+        assert st._ROWS.entry is not None
+    assert st._ROWS.entry is None
+    ref = naive_ntk(model, x1, x2).diagonal(dim1=2, dim2=3).mean(-1)
+    torch.testing.assert_close(after_input, ref, rtol=1e-12, atol=1e-12)
+    x1.mul_(2.0)
+    ref2 = naive_ntk(model, x1, x2).diagonal(dim1=2, dim2=3).mean(-1)
+    torch.testing.assert_close(after_weight, ref2, rtol=1e-12, atol=1e-12)

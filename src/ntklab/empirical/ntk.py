@@ -376,4 +376,9 @@ def ntk(
     if out is None:
         k = chosen.n_outputs
         out = torch.empty(result_shape(n1, n2, k, inner), dtype=fm.dtype, device=fm.device)
-    return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+    if chosen.method != "structured":
+        return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+    from .structured import reusing_rows
+
+    with reusing_rows():  # each row block's factors formed once, not once per block
+        return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)

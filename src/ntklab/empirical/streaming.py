@@ -159,9 +159,10 @@ def fill_blocks(
     index = 0
     for i in range(0, n1, block1):
         rows = slice(i, min(i + block1, n1))
+        xi = x1[rows]  # one tensor per row block (see .structured.reusing_rows)
         for j in range(0, n2, block2):
             cols = slice(j, min(j + block2, n2))
-            out[rows, cols] = compute(fm, x1[rows], x2[cols], outputs)
+            out[rows, cols] = compute(fm, xi, x2[cols], outputs)
             index += 1
             done += (rows.stop - rows.start) * (cols.stop - cols.start)
             if progress is not None:

@@ -47,6 +47,7 @@ import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -80,7 +81,13 @@ from .structured_conv import (
     per_example_gradients,
 )
 
-__all__ = ["ntk_structured", "structured_elements", "structured_flops", "structured_peak_bytes"]
+__all__ = [
+    "ntk_structured",
+    "reusing_rows",
+    "structured_elements",
+    "structured_flops",
+    "structured_peak_bytes",
+]
 
 Path = Literal["pairwise", "per_example", "factored"]
 Kind = Literal["dense", "conv", "norm"]
@@ -1280,9 +1287,21 @@ def ntk_structured(
     while True:  # each retry covers fewer parameters or factors or splits fewer layers
         split = frozenset(planned) - unsplit - unfactored
         try:
-            b1, paths = _batch_factors(
-                fm, layers, fallback, x1, chunk, outputs, None, n2, same, unfactored, split
+            key = (
+                tuple((layer.name, layer.params) for layer in layers),
+                tuple(fallback),
+                frozenset(unfactored),
+                split,
+                outputs,
             )
+            kept = _ROWS.get(fm, x1, key)
+            if kept is None:
+                b1, paths = _batch_factors(
+                    fm, layers, fallback, x1, chunk, outputs, None, n2, same, unfactored, split
+                )
+                _ROWS.put(fm, x1, key, (b1, paths))
+            else:
+                b1, paths = kept
             b2 = (
                 b1
                 if same
@@ -1306,6 +1325,62 @@ def ntk_structured(
                 f"x2: expected the model to give {b1.k} outputs as for x1, got {b2.k}"
             )
         return _accumulate(b1, b2, n1, n2, block, outputs, same, fm)
+
+
+# ------------------------------------------------------------------ rows kept
+
+
+def _versions(fm: FunctionalModel, x: Tensor) -> tuple[int, ...]:
+    """In-place modification counters of ``x`` and of the parameters."""
+    return (x._version, *(v._version for v in fm.params.values()))
+
+
+class _RowFactors:
+    """The factors of the last first batch ``x1`` of :func:`ntk_structured`, kept while
+    :func:`reusing_rows` is active, for the next call with the same ``x1`` tensor (same
+    object, unmodified), model (parameters unmodified) and coverage."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.entry: tuple[Any, ...] | None = None
+
+    def get(self, fm: FunctionalModel, x: Tensor, key: object) -> tuple[_Batch, list[Path]] | None:
+        entry, self.entry = self.entry, None  # a miss drops it before new factors are formed
+        if entry is None or not self.active:
+            return None
+        ref_x, ref_fm, versions, old_key, kept = entry
+        if ref_x() is not x or ref_fm() is not fm or old_key != key or versions != _versions(fm, x):
+            return None
+        self.entry = entry
+        return kept  # type: ignore[no-any-return]
+
+    def put(
+        self, fm: FunctionalModel, x: Tensor, key: object, kept: tuple[_Batch, list[Path]]
+    ) -> None:
+        if self.active:
+            self.entry = (weakref.ref(x), weakref.ref(fm), _versions(fm, x), key, kept)
+
+
+_ROWS = _RowFactors()
+
+
+@contextmanager
+def reusing_rows() -> Iterator[None]:
+    """Within this context, :func:`ntk_structured` keeps the factors of its first batch
+    ``x1`` (per-layer inputs and cotangents, per-example gradients, fallback Jacobian) for
+    the next call with the same ``x1`` tensor: a blocked kernel computed row block by row
+    block (:func:`.streaming.fill_blocks`) then captures each row block once instead of once
+    per block. Kept factors are dropped at the first call with another ``x1``, model or
+    coverage, when ``x1`` or a parameter was modified in place, and on leaving the
+    context; they cost the memory of one more batch's factors between calls, which the
+    blocks of :func:`.ntk.plan` (sized for ``x2`` given) already count."""
+    _ROWS.active += 1
+    try:
+        yield
+    finally:
+        _ROWS.active -= 1
+        if not _ROWS.active:
+            _ROWS.entry = None
 
 
 # ------------------------------------------------------------------ profile and costs
