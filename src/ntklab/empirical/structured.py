@@ -1238,8 +1238,10 @@ def ntk_structured(
     Covered: modules of exact type ``nn.Linear`` (any number of axes between the batch and
     the features, e.g. tokens), ntklab's ``DenseLayer`` (both parameterizations),
     ``nn.Conv1d``, ``nn.Conv2d`` and ``nn.Conv3d`` (any stride, dilation, padding, padding
-    mode and groups), and the affine parameters of ``nn.BatchNorm1d/2d/3d`` (eval mode) and
-    ``nn.LayerNorm``, each called any number of times. Everything else falls back to a
+    mode and groups), ntklab's 1-D and 2-D ``ConvLayer`` (both parameterizations, any
+    strides and padding; never split, see :func:`_split_saving`), and the affine parameters
+    of ``nn.BatchNorm1d/2d/3d`` (eval mode) and ``nn.LayerNorm``, each called any number of
+    times. Everything else falls back to a
     per-example Jacobian of just those parameters: other parameters, subclasses with their
     own ``forward``, tied weights, a covered parameter also used outside its module's
     forward (detected while running), a module whose input has no leading batch axis.
