@@ -15,6 +15,7 @@ import ntklab as nl
 from conftest import F64, cnn, mlp3, naive_ntk
 from ntklab.empirical import structured as st
 from ntklab.empirical._functional import functional_model
+from ntklab.empirical.ntk import NARROW_COLUMNS
 from ntklab.empirical.streaming import fill_blocks, result_shape
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
@@ -103,6 +104,71 @@ def test_symmetric_fill_computes_upper_blocks_and_mirrors(outputs: str) -> None:
     written = [9, 27, 45, 51, 60, 78, 84, 93, 99, 100]  # entries after each block
     assert fractions == pytest.approx([w / 100 for w in written[:-1]] + [1.0], abs=0)
     assert "block 10/10" in reports[-1][1]
+
+
+@pytest.mark.parametrize("outputs", ["trace", "full", "diagonal"])
+def test_rectangular_symmetric_fill(outputs: str) -> None:
+    """Row blocks of 4 with their square diagonal blocks and column blocks of 3 to their
+    right: the kernel exactly, each row block one tensor for its whole row."""
+    n, k = 10, 3
+    ref = _reference(n, k, outputs)
+    x = torch.arange(n, dtype=F64)[:, None]
+    calls: list[tuple[int, int, int, bool]] = []
+    row_tensors: dict[int, set[int]] = {}
+
+    def compute(_fm: Any, rows: Tensor, cols: Tensor | None, _outputs: str) -> Tensor:
+        i = rows[:, 0].long()
+        j = i if cols is None else cols[:, 0].long()
+        calls.append((int(i[0]), int(j[0]), len(j), cols is None))
+        row_tensors.setdefault(int(i[0]), set()).add(id(rows))
+        return ref[i][:, j].clone()
+
+    out = torch.full(result_shape(n, n, k, outputs), float("nan"), dtype=F64)  # type: ignore[arg-type]
+    reports: list[tuple[float, str]] = []
+    fill_blocks(
+        compute,
+        None,  # type: ignore[arg-type]
+        x,
+        None,
+        outputs,  # type: ignore[arg-type]
+        out,
+        4,
+        3,
+        lambda f, m: reports.append((f, m)),
+        rectangular=True,
+    )
+    assert torch.equal(out, ref)
+    assert calls == [
+        (0, 0, 4, True), (0, 4, 3, False), (0, 7, 3, False),
+        (4, 4, 4, True), (4, 8, 2, False),
+        (8, 8, 2, True),
+    ]  # fmt: skip
+    assert all(len(ids) == 1 for ids in row_tensors.values())
+    fractions = [f for f, _ in reports]
+    assert all(a < b for a, b in itertools.pairwise(fractions)) and fractions[-1] == 1.0
+    assert "block 6/6" in reports[-1][1]
+
+
+def test_structured_plan_wide_rows() -> None:
+    """A symmetric structured kernel that must be blocked gets the widest row blocks that
+    fit beside narrow column blocks (more rows would not fit), and the blocked kernel is
+    the unblocked one."""
+    torch.manual_seed(0)
+    model = cnn(3).to(F64)
+    x = torch.randn(40, 3, 8, 8, dtype=F64, generator=torch.Generator().manual_seed(2))
+    fm = functional_model(model)
+    whole = nl.empirical.ntk(model, x, method="structured")
+    full = nl.empirical.plan(fm, x, None, "trace", "structured")
+    budget = full.result_bytes + full.block_bytes // 3
+    chosen = nl.empirical.plan(fm, x, None, "trace", "structured", budget)
+    assert chosen.block1 < 40 and chosen.block2 == min(chosen.block1, NARROW_COLUMNS)
+    peak = st.structured_peak_bytes
+    wider = chosen.block1 + 1
+    assert peak(fm, wider, min(wider, NARROW_COLUMNS), 3, "trace", x=x) > (
+        budget - full.result_bytes
+    )
+    blocked = nl.empirical.ntk(model, x, method="structured", max_memory=budget)
+    torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12 * float(whole.abs().max()))
 
 
 def test_out_is_filled_in_place_and_budget_excludes_it() -> None:
