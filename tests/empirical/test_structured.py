@@ -319,6 +319,28 @@ def test_default_capture_chunk(
     check(model, x1, None, outputs)
 
 
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_symmetric_tiles_mirrored(
+    model_and_inputs: tuple[str, nn.Module, Tensor, Tensor],
+    outputs: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Default Gram tiles of 2 rows for a symmetric kernel of 5 inputs: 6 upper tiles of 9
+    computed, the others mirrored; the naive reference's kernel."""
+    _, model, x1, _ = model_and_inputs
+    monkeypatch.setattr(st, "_SYMMETRIC_TILE", 2)
+    mirrored: list[tuple[int, int]] = []
+    original = st._mirror
+
+    def counted(acc: Tensor, rows: slice, cols: slice, outputs: str) -> None:
+        mirrored.append((rows.start, cols.start))
+        original(acc, rows, cols, outputs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(st, "_mirror", counted)
+    check(model, x1, None, outputs)
+    assert mirrored == [(0, 2), (0, 4), (2, 4)]
+
+
 def test_float32_in_float32_out() -> None:
     torch.manual_seed(0)
     model = cnn(3)

@@ -1216,7 +1216,8 @@ def ntk_structured(
         the whole ``Theta``, or its diagonal in the outputs.
     chunk_size : int, optional
         Examples per capture pass and per kernel block. ``None``: kernel blocks of all the
-        inputs, capture passes of as many examples as keep their tensors within about
+        inputs (of 512 for a symmetric kernel, whose lower blocks are mirrored), capture
+        passes of as many examples as keep their tensors within about
         ``2**27`` elements (measured on ``x1[:1]``). Bounds the memory of the intermediate
         products; the result is the same.
 
@@ -1275,7 +1276,7 @@ def ntk_structured(
     same = x2 is None or x2 is x1
     x2 = x1 if x2 is None else check_batch("x2", x2, fm)
     n1, n2 = x1.shape[0], x2.shape[0]
-    block = min(chunk_size or max(n1, n2), max(n1, n2))  # Gram tiles
+    block = _tile(n1, n2, chunk_size, same)  # Gram tiles
     layers = list(_covered_layers(fm))
     covered = {p for layer in layers for p in layer.params}
     fallback = [p for p in fm.params if p not in covered]
@@ -1644,7 +1645,7 @@ def structured_peak_bytes(
     prof = _profile(fm, x)
     item = fm.params[fm.names[0]].element_size()
     kernel = n1 * n2 * _multiplicity(k, outputs) * (1 if outputs == "trace" else 2)
-    c = min(chunk_size or max(n1, n2), max(n1, n2))
+    c = _tile(n1, n2, chunk_size, symmetric)
     batches = n1 if symmetric else n1 + n2
     kept = batches * k * prof.fallback
     inputs = 0
@@ -1685,6 +1686,19 @@ def structured_peak_bytes(
     if prof.fallback:
         capture = max(capture, cc * k * (prof.activations + 2 * prof.fallback))
     return int(item * (kernel + kept + max(capture, tile)))
+
+
+#: Rows of the Gram tiles of a symmetric kernel by default: the tiles below the diagonal
+#: are mirrored, not computed (a single tile would be computed whole).
+_SYMMETRIC_TILE = 512
+
+
+def _tile(n1: int, n2: int, chunk_size: int | None, symmetric: bool) -> int:
+    """Rows and columns of a Gram tile: ``chunk_size``, else all the inputs, at most
+    :data:`_SYMMETRIC_TILE` for a symmetric kernel."""
+    if chunk_size is None and symmetric:
+        return min(n1, _SYMMETRIC_TILE)
+    return min(chunk_size or max(n1, n2), max(n1, n2))
 
 
 #: Elements of the tensors of one capture chunk (forward, cotangents, saved inputs) that
