@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -1338,10 +1339,11 @@ def _versions(fm: FunctionalModel, x: Tensor) -> tuple[int, ...]:
     return (x._version, *(v._version for v in fm.params.values()))
 
 
-class _RowFactors:
+class _RowFactors(threading.local):
     """The factors of the last first batch ``x1`` of :func:`ntk_structured`, kept while
     :func:`reusing_rows` is active, for the next call with the same ``x1`` tensor (same
-    object, unmodified), model (parameters unmodified) and coverage."""
+    object, unmodified), model (parameters unmodified) and coverage. One per thread (Dask's
+    threaded scheduler computes tiles in parallel threads)."""
 
     def __init__(self) -> None:
         self.active = 0
