@@ -12,7 +12,10 @@ import torch
 from torch import Tensor
 
 import ntklab as nl
-from conftest import F64, cnn, mlp3
+from conftest import F64, cnn, mlp3, naive_ntk
+from ntklab.empirical import structured as st
+from ntklab.empirical._functional import functional_model
+from ntklab.empirical.ntk import NARROW_COLUMNS
 from ntklab.empirical.streaming import fill_blocks, result_shape
 from ntklab.errors import NtklabTypeError, NtklabValueError
 
@@ -103,6 +106,71 @@ def test_symmetric_fill_computes_upper_blocks_and_mirrors(outputs: str) -> None:
     assert "block 10/10" in reports[-1][1]
 
 
+@pytest.mark.parametrize("outputs", ["trace", "full", "diagonal"])
+def test_rectangular_symmetric_fill(outputs: str) -> None:
+    """Row blocks of 4 with their square diagonal blocks and column blocks of 3 to their
+    right: the kernel exactly, each row block one tensor for its whole row."""
+    n, k = 10, 3
+    ref = _reference(n, k, outputs)
+    x = torch.arange(n, dtype=F64)[:, None]
+    calls: list[tuple[int, int, int, bool]] = []
+    row_tensors: dict[int, set[int]] = {}
+
+    def compute(_fm: Any, rows: Tensor, cols: Tensor | None, _outputs: str) -> Tensor:
+        i = rows[:, 0].long()
+        j = i if cols is None else cols[:, 0].long()
+        calls.append((int(i[0]), int(j[0]), len(j), cols is None))
+        row_tensors.setdefault(int(i[0]), set()).add(id(rows))
+        return ref[i][:, j].clone()
+
+    out = torch.full(result_shape(n, n, k, outputs), float("nan"), dtype=F64)  # type: ignore[arg-type]
+    reports: list[tuple[float, str]] = []
+    fill_blocks(
+        compute,
+        None,  # type: ignore[arg-type]
+        x,
+        None,
+        outputs,  # type: ignore[arg-type]
+        out,
+        4,
+        3,
+        lambda f, m: reports.append((f, m)),
+        rectangular=True,
+    )
+    assert torch.equal(out, ref)
+    assert calls == [
+        (0, 0, 4, True), (0, 4, 3, False), (0, 7, 3, False),
+        (4, 4, 4, True), (4, 8, 2, False),
+        (8, 8, 2, True),
+    ]  # fmt: skip
+    assert all(len(ids) == 1 for ids in row_tensors.values())
+    fractions = [f for f, _ in reports]
+    assert all(a < b for a, b in itertools.pairwise(fractions)) and fractions[-1] == 1.0
+    assert "block 6/6" in reports[-1][1]
+
+
+def test_structured_plan_wide_rows() -> None:
+    """A symmetric structured kernel that must be blocked gets the widest row blocks that
+    fit beside narrow column blocks (more rows would not fit), and the blocked kernel is
+    the unblocked one."""
+    torch.manual_seed(0)
+    model = cnn(3).to(F64)
+    x = torch.randn(40, 3, 8, 8, dtype=F64, generator=torch.Generator().manual_seed(2))
+    fm = functional_model(model)
+    whole = nl.empirical.ntk(model, x, method="structured")
+    full = nl.empirical.plan(fm, x, None, "trace", "structured")
+    budget = full.result_bytes + full.block_bytes // 3
+    chosen = nl.empirical.plan(fm, x, None, "trace", "structured", budget)
+    assert chosen.block1 < 40 and chosen.block2 == min(chosen.block1, NARROW_COLUMNS)
+    peak = st.structured_peak_bytes
+    wider = chosen.block1 + 1
+    assert peak(fm, wider, min(wider, NARROW_COLUMNS), 3, "trace", x=x) > (
+        budget - full.result_bytes
+    )
+    blocked = nl.empirical.ntk(model, x, method="structured", max_memory=budget)
+    torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12 * float(whole.abs().max()))
+
+
 def test_out_is_filled_in_place_and_budget_excludes_it() -> None:
     torch.manual_seed(0)
     model = mlp3(3).to(F64)
@@ -183,3 +251,56 @@ def test_x2_is_x1_is_the_symmetric_kernel() -> None:
     got = nl.empirical.ntk(model, x, x, block_size=4, progress=lambda f, _m: fractions.append(f))
     assert len(fractions) == 6
     torch.testing.assert_close(got, nl.empirical.ntk(model, x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["x2=None", "x2"])
+def test_structured_row_blocks_captured_once(
+    symmetric: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of 4 of 11 inputs: each row block's factors are formed once and reused for its
+    row (3 row blocks, plus 3 column blocks above the diagonal or 3 x 2 of x2), and the
+    kernel is the unblocked one."""
+
+    torch.manual_seed(0)
+    model = cnn(3).to(F64)
+    gen = torch.Generator().manual_seed(2)
+    x1 = torch.randn(11, 3, 8, 8, dtype=F64, generator=gen)
+    x2 = None if symmetric else torch.randn(6, 3, 8, 8, dtype=F64, generator=gen)
+    whole = nl.empirical.ntk(model, x1, x2, method="structured")
+    sizes: list[int] = []
+    original = st._batch_factors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(int(args[3].shape[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(st, "_batch_factors", counted)
+    blocked = nl.empirical.ntk(model, x1, x2, method="structured", block_size=4)
+    torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12 * float(whole.abs().max()))
+    assert sizes == ([4, 4, 3, 4, 3, 3] if symmetric else [4, 4, 2, 4, 4, 2, 3, 4, 2])
+    assert st._ROWS.entry is None  # nothing kept after the call
+
+
+def test_reusing_rows_sees_in_place_changes() -> None:
+    """Kept factors are not reused once a parameter or the input changed in place, and are
+    dropped on leaving the context."""
+
+    torch.manual_seed(0)
+    model = mlp3(2).to(F64)
+    x1 = torch.randn(5, 5, dtype=F64)
+    x2 = torch.randn(3, 5, dtype=F64)
+    fm = functional_model(model)
+    with st.reusing_rows():
+        st.ntk_structured(fm, x1, x2, "trace")
+        with torch.no_grad():
+            dict(model.named_parameters())["0.weight"].mul_(1.5)
+        after_weight = st.ntk_structured(fm, x1, x2, "trace")
+        x1.mul_(0.5)
+        after_input = st.ntk_structured(fm, x1, x2, "trace")
+        assert st._ROWS.entry is not None
+    assert st._ROWS.entry is None
+    ref = naive_ntk(model, x1, x2).diagonal(dim1=2, dim2=3).mean(-1)
+    torch.testing.assert_close(after_input, ref, rtol=1e-12, atol=1e-12)
+    x1.mul_(2.0)
+    ref2 = naive_ntk(model, x1, x2).diagonal(dim1=2, dim2=3).mean(-1)
+    torch.testing.assert_close(after_weight, ref2, rtol=1e-12, atol=1e-12)

@@ -235,6 +235,55 @@ def test_dense_layer_parameterizations(path: str) -> None:
     check(model, x, None, "trace")
 
 
+class _MeanPool(nn.Module):
+    """Global average pooling over the spatial axes: (n, C, *S) -> (n, C)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(2).mean(2)
+
+
+CONV_LAYER_CASES = [  # (spatial dims, parameterization, strides, padding, pooled)
+    (2, "ntk", 1, "SAME", False),
+    (2, "standard", 1, "SAME", True),
+    (2, "ntk", 2, "SAME", False),
+    (2, "standard", 2, "VALID", True),
+    (2, "ntk", 1, "CIRCULAR", True),
+    (2, "ntk", 2, 1, False),
+    (1, "ntk", 1, "SAME", True),
+    (1, "standard", 2, "VALID", False),
+]
+
+
+@pytest.mark.parametrize(("dims", "kind", "stride", "padding", "pooled"), CONV_LAYER_CASES)
+def test_conv_layer(
+    path: str, dims: int, kind: str, stride: int, padding: object, pooled: bool
+) -> None:
+    """ntklab's ConvLayer (effective weight ``w_std W / sqrt(C |f|)`` in NTK
+    parameterization) and DenseLayer are covered, none of their parameters falls back, and
+    the kernel matches the naive per-example reference."""
+    from ntklab.nets import ConvLayer
+
+    gen = torch.Generator().manual_seed(0)
+    kw = {"generator": gen, "dtype": F64, "parameterization": kind}
+    strides = (stride,) * dims
+    model = nn.Sequential(
+        ConvLayer(2, 4, (3,) * dims, strides=strides, padding=padding, w_std=1.3, b_std=0.2, **kw),  # type: ignore[arg-type]
+        nn.Tanh(),
+        ConvLayer(4, 3, (2,) * dims, strides=strides, padding=padding, w_std=1.1, b_std=0.3, **kw),  # type: ignore[arg-type]
+        nn.Tanh(),
+        _MeanPool() if pooled else nn.Flatten(1),
+        DenseLayer(None, 3, w_std=0.9, b_std=0.1, **kw),  # type: ignore[arg-type]
+    )
+    x = torch.randn(5, 2, *(7,) * dims, dtype=F64)
+    model(x[:1])  # materialize the lazy DenseLayer
+    fm = functional_model(model)
+    layers = st._covered_layers(fm)
+    assert {p for layer in layers for p in layer.params} == set(fm.params)
+    check(model, x, x[:2] + 0.5, "full")
+    check(model, x, None, "trace")
+    check(model, x, None, "diagonal")
+
+
 # ---------------------------------------------------------------- chunks and dtypes
 
 
@@ -249,6 +298,47 @@ def test_chunking_identical(
         for chunk in (1, 2, 4):
             got = ntk_structured(fm, x1, other, outputs, chunk_size=chunk)  # type: ignore[arg-type]
             torch.testing.assert_close(got, whole, atol=1e-13, rtol=1e-13)
+
+
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_default_capture_chunk(
+    model_and_inputs: tuple[str, nn.Module, Tensor, Tensor],
+    outputs: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Capture passes of one example (the default chunk under a tiny element budget), whole
+    kernel blocks: the naive reference's kernel; the memory model counts the smaller chunk."""
+    _, model, x1, x2 = model_and_inputs
+    fm = functional_model(model)
+    before = structured_peak_bytes(fm, 4, 4, 3, outputs, x=x1)  # type: ignore[arg-type]
+    monkeypatch.setattr(st, "_CAPTURE_ELEMENTS", 1)
+    prof = st._profile(fm, x1)
+    assert st._capture_chunk(prof, 4, 4, prof.outputs, outputs, False) == 1  # type: ignore[arg-type]
+    assert structured_peak_bytes(fm, 4, 4, 3, outputs, x=x1) <= before  # type: ignore[arg-type]
+    check(model, x1, x2, outputs)
+    check(model, x1, None, outputs)
+
+
+@pytest.mark.parametrize("outputs", OUTPUTS)
+def test_symmetric_tiles_mirrored(
+    model_and_inputs: tuple[str, nn.Module, Tensor, Tensor],
+    outputs: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Default Gram tiles of 2 rows for a symmetric kernel of 5 inputs: 6 upper tiles of 9
+    computed, the others mirrored; the naive reference's kernel."""
+    _, model, x1, _ = model_and_inputs
+    monkeypatch.setattr(st, "_SYMMETRIC_TILE", 2)
+    mirrored: list[tuple[int, int]] = []
+    original = st._mirror
+
+    def counted(acc: Tensor, rows: slice, cols: slice, outputs: str) -> None:
+        mirrored.append((rows.start, cols.start))
+        original(acc, rows, cols, outputs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(st, "_mirror", counted)
+    check(model, x1, None, outputs)
+    assert mirrored == [(0, 2), (0, 4), (2, 4)]
 
 
 def test_float32_in_float32_out() -> None:

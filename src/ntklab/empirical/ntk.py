@@ -142,6 +142,11 @@ def _methods() -> dict[str, MethodSpec]:
 
 METHODS: tuple[str, ...] = ("structured", "jacobian", "ntk_vp")
 
+#: Column blocks of a symmetric structured kernel computed in blocks: narrow, so that its
+#: row blocks, whose factors are formed once per row (:func:`.structured.reusing_rows`),
+#: are wide.
+NARROW_COLUMNS = 256
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -209,7 +214,8 @@ def plan(
     best: tuple[float, Plan] | None = None
     for name in names:
         spec = specs[name]
-        b1, b2 = _largest_block(spec, fm, n1, n2, k, outputs, budget, sample)
+        narrow = name == "structured" and x2 is None
+        b1, b2 = _largest_block(spec, fm, n1, n2, k, outputs, budget, sample, narrow)
         if b1 == 0:
             continue
         cost = spec.flops(fm, n1, n2, k, outputs, sample)
@@ -235,16 +241,26 @@ def _largest_block(
     outputs: Outputs,
     budget: float,
     sample: Sample,
+    narrow: bool = False,
 ) -> tuple[int, int]:
     """Largest (b1, b2), b1 <= n1, b2 <= n2, halving the larger side until the block fits.
 
     The scratch of a block excludes the result (which the caller holds once): a block's
-    own output tile is counted by the method's model.
+    own output tile is counted by the method's model. ``narrow`` (a symmetric kernel whose
+    method keeps each row block's work, filled with ``rectangular=True``): the widest row
+    blocks ``b1`` beside column blocks of ``b2 = min(b1, NARROW_COLUMNS)``.
     """
     if spec.peak_bytes(fm, n1, n2, k, outputs, sample) <= budget:
         return n1, n2
     # blocks off the diagonal are computed with x2 given: size them as such
     sample = dataclasses.replace(sample, symmetric=False)
+    if narrow:
+        lo, hi = 0, n1  # the largest fitting b1 in (lo, hi]: bisection, the peak grows with b1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            fits = spec.peak_bytes(fm, mid, min(mid, NARROW_COLUMNS), k, outputs, sample)
+            lo, hi = (mid, hi) if fits <= budget else (lo, mid - 1)
+        return lo, min(lo, NARROW_COLUMNS)
     b1, b2 = n1, n2
     while spec.peak_bytes(fm, b1, b2, k, outputs, sample) > budget:
         if b1 == 1 and b2 == 1:
@@ -376,4 +392,12 @@ def ntk(
     if out is None:
         k = chosen.n_outputs
         out = torch.empty(result_shape(n1, n2, k, inner), dtype=fm.dtype, device=fm.device)
-    return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+    if chosen.method != "structured":
+        return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+    from .structured import reusing_rows
+
+    with reusing_rows():  # each row block's factors formed once, not once per block
+        wide = b is None  # plan sized wide row blocks and narrow columns
+        return fill_blocks(
+            compute, fm, a, b, inner, out, block1, block2, progress, rectangular=wide
+        )

@@ -93,6 +93,8 @@ def fill_blocks(
     block1: int,
     block2: int,
     progress: Progress | None = None,
+    *,
+    rectangular: bool = False,
 ) -> Tensor:
     """Fill ``out`` with the kernel of ``x1`` and ``x2``, one block of input pairs at a time.
 
@@ -106,7 +108,10 @@ def fill_blocks(
     x2 : Tensor of shape (n2, ...) or None
         None: the symmetric kernel of ``x1``; square blocks of
         ``min(block1, block2)`` inputs, only those on and above the diagonal computed, the
-        others mirrored.
+        others mirrored. With ``rectangular``: row blocks of ``block1`` inputs, each with its
+        square diagonal block and the blocks of ``block2`` columns to its right (a method
+        that keeps a row block's work between calls, :func:`.structured.reusing_rows`, then
+        repeats less of it with few wide row blocks).
     outputs : {"trace", "full", "diagonal"}
     out : Tensor of shape (n1, n2, ...)
         The preallocated result (see :func:`result_shape`), filled in place.
@@ -116,6 +121,8 @@ def fill_blocks(
     progress : callable, optional
         ``progress(fraction, message)`` after each block: the fraction of ``out``'s entries
         written so far (monotone, exactly 1.0 after the last block).
+    rectangular : bool
+        See ``x2``.
 
     Returns
     -------
@@ -127,15 +134,16 @@ def fill_blocks(
     total = n1 * n2
     done = 0
     if x2 is None:  # square blocks so that the diagonal ones are symmetric
-        step = min(block1, block2)
+        step = block1 if rectangular else min(block1, block2)
+        across = block2 if rectangular else step
         starts = range(0, n1, step)
-        count = len(starts) * (len(starts) + 1) // 2
+        count = sum(1 + -(-max(n1 - i - step, 0) // across) for i in starts)
         index = 0
         for i in starts:
             rows = slice(i, min(i + step, n1))
             xi = x1[rows]
-            for j in range(i, n1, step):
-                cols = slice(j, min(j + step, n1))
+            for j in [i, *range(rows.stop, n1, across)]:
+                cols = slice(j, min(j + (step if j == i else across), n1))
                 if j == i:
                     block = compute(fm, xi, None, outputs)
                     out[rows, cols] = block
@@ -159,9 +167,10 @@ def fill_blocks(
     index = 0
     for i in range(0, n1, block1):
         rows = slice(i, min(i + block1, n1))
+        xi = x1[rows]  # one tensor per row block (see .structured.reusing_rows)
         for j in range(0, n2, block2):
             cols = slice(j, min(j + block2, n2))
-            out[rows, cols] = compute(fm, x1[rows], x2[cols], outputs)
+            out[rows, cols] = compute(fm, xi, x2[cols], outputs)
             index += 1
             done += (rows.stop - rows.start) * (cols.stop - cols.start)
             if progress is not None:

@@ -28,7 +28,9 @@ formulas):
   ``sum_c alpha_iac alpha_jbc <H_ic, H'_jc>``.
 
 Covered: ``nn.Linear``, ntklab's ``DenseLayer``, ``nn.Conv1d``/``nn.Conv2d``/``nn.Conv3d``
-(strides, padding, dilation, groups), and the affine parameters of BatchNorm (eval mode) and
+(strides, padding, dilation, groups), ntklab's ``ConvLayer`` (described to the same code as
+an ``nn.Conv1d``/``nn.Conv2d`` without padding reading the padded, scaled input
+``s_w pad(x)``, :func:`_conv_view`), and the affine parameters of BatchNorm (eval mode) and
 LayerNorm, which are per-channel scales of the normalized input (a depthwise ``1 x 1``
 convolution of ``x_hat``). Parameters that no covered module owns (custom parameters, tied
 weights, ...) contribute through a per-example Jacobian of just those parameters
@@ -43,8 +45,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -55,6 +59,8 @@ from torch.overrides import TorchFunctionMode
 
 from .._checks import check_positive_int
 from ..errors import NtklabValueError
+from ..kernels.conv import ConvLayer
+from ..kernels.covariance import pads_for
 from ..nets.modules import DenseLayer
 from ._functional import FunctionalModel, Outputs, check_batch
 from .structured_conv import (
@@ -76,7 +82,13 @@ from .structured_conv import (
     per_example_gradients,
 )
 
-__all__ = ["ntk_structured", "structured_elements", "structured_flops", "structured_peak_bytes"]
+__all__ = [
+    "ntk_structured",
+    "reusing_rows",
+    "structured_elements",
+    "structured_flops",
+    "structured_peak_bytes",
+]
 
 Path = Literal["pairwise", "per_example", "factored"]
 Kind = Literal["dense", "conv", "norm"]
@@ -115,8 +127,11 @@ class _Layer:
     weight, bias : str or None
         Qualified parameter names if differentiated, else None.
     weight_scale, bias_scale : float
-        ``s_w`` and ``s_b`` (1 except for ``DenseLayer`` in NTK parameterization:
-        ``w_std / sqrt(in_features)`` and ``b_std``).
+        ``s_w`` and ``s_b`` (1 except for ``DenseLayer`` and ``ConvLayer`` in NTK
+        parameterization: ``w_std / sqrt(fan_in)`` and ``b_std``).
+    conv : nn.Conv1d or nn.Conv2d, optional
+        For a ``ConvLayer``: the convolution it computes, as the contractions read it
+        (:func:`_conv_view`); the hooks stay on ``module``.
     """
 
     name: str
@@ -125,6 +140,12 @@ class _Layer:
     bias: str | None
     weight_scale: float = 1.0
     bias_scale: float = 1.0
+    conv: nn.Module | None = None
+
+    @property
+    def op(self) -> nn.Module:
+        """The module the contractions read: ``conv`` if given, else ``module``."""
+        return self.module if self.conv is None else self.conv
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -132,9 +153,9 @@ class _Layer:
 
     @property
     def kind(self) -> Kind:
-        if isinstance(self.module, NORMALIZATIONS):
+        if isinstance(self.op, NORMALIZATIONS):
             return "norm"
-        if isinstance(self.module, CONVOLUTIONS):
+        if isinstance(self.op, CONVOLUTIONS):
             return "conv"
         return "dense"
 
@@ -143,12 +164,12 @@ class _Layer:
         """``G``: independent groups of input and output channels."""
         if self.kind == "norm":
             return self.channels
-        return self.module.groups if isinstance(self.module, CONVOLUTIONS) else 1
+        return self.op.groups if isinstance(self.op, CONVOLUTIONS) else 1
 
     @property
     def width(self) -> int:
         """``D``: the input (patch) length of one group; the weight is ``C x D``."""
-        mod = self.module
+        mod = self.op
         if isinstance(mod, CONVOLUTIONS):
             return mod.in_channels // mod.groups * math.prod(mod.kernel_size)
         if isinstance(mod, nn.Linear):
@@ -158,7 +179,7 @@ class _Layer:
     @property
     def channels(self) -> int:
         """``C``: the output features or channels."""
-        mod = self.module
+        mod = self.op
         if isinstance(mod, nn.LayerNorm):
             return math.prod(mod.normalized_shape)
         if isinstance(mod, _BatchNorm):
@@ -187,7 +208,53 @@ def _layer_scales(mod: nn.Module) -> tuple[float, float] | None:
     if isinstance(mod, DenseLayer) and kind is DenseLayer and not mod.has_uninitialized_params():
         w_mult, _, b_mult, _ = mod.scales
         return w_mult, b_mult
+    if (
+        isinstance(mod, ConvLayer)
+        and kind is ConvLayer
+        and not mod.has_uninitialized_params()
+        and len(mod.filter_shape) in (1, 2)
+    ):
+        if mod.parameterization == "standard":
+            return 1.0, 1.0
+        return mod.w_std / math.sqrt(mod.fan_in), float(mod.b_std or 0.0)
     return None
+
+
+def _conv_view(mod: ConvLayer) -> nn.Module:
+    """The convolution a :class:`~ntklab.kernels.conv.ConvLayer` applies to its padded
+    input, as an ``nn.Conv1d``/``nn.Conv2d`` without padding (``padding=0``, its strides,
+    effective weight ``s_w W``, no bias: the contractions read the bias from the layer),
+    on the meta device but for the weight; the padding (``SAME``, ``VALID``, ``CIRCULAR``
+    or explicit, which may depend on the input's size) is applied to the input kept by the
+    hooks (:func:`_layer_input`)."""
+    f, s = mod.filter_shape, mod.strides
+    channels = (mod.in_channels, int(mod.weight.shape[0]))
+    conv: nn.Conv1d | nn.Conv2d
+    if len(f) == 1:
+        conv = nn.Conv1d(*channels, f[0], stride=s[0], padding=0, bias=False, device="meta")
+    else:
+        conv = nn.Conv2d(
+            *channels, (f[0], f[1]), stride=(s[0], s[1]), padding=0, bias=False, device="meta"
+        )
+    s_w = 1.0 if mod.parameterization == "standard" else mod.w_std / math.sqrt(mod.fan_in)
+    conv.weight = nn.Parameter(mod.weight.detach() * s_w, requires_grad=False)
+    return conv
+
+
+def _pad_input(mod: ConvLayer, x: Tensor) -> Tensor:
+    """A :class:`~ntklab.kernels.conv.ConvLayer`'s input padded as its forward pads it."""
+    dims = len(mod.filter_shape)
+    pads: list[int] = []
+    for axis in reversed(range(dims)):  # F.pad lists the last axis first
+        pads.extend(
+            pads_for(
+                mod.padding, int(x.shape[2 + axis]), mod.filter_shape[axis], mod.strides[axis], axis
+            )
+        )
+    if not any(pads):
+        return x
+    mode = "circular" if mod.padding == "CIRCULAR" else "constant"
+    return nn.functional.pad(x, pads, mode=mode)
 
 
 def _covered_layers(fm: FunctionalModel) -> tuple[_Layer, ...]:
@@ -209,7 +276,8 @@ def _covered_layers(fm: FunctionalModel) -> tuple[_Layer, ...]:
             ok = tensor is not None and qual in fm.params and owners.get(id(tensor)) == 1
             found.append(qual if ok else None)
         if found[0] is not None or found[1] is not None:
-            layers.append(_Layer(name, mod, found[0], found[1], *scales))
+            conv = _conv_view(mod) if isinstance(mod, ConvLayer) else None
+            layers.append(_Layer(name, mod, found[0], found[1], *scales, conv=conv))
     return tuple(layers)
 
 
@@ -304,10 +372,12 @@ def _layer_input(layer: _Layer, x: object, n: int) -> Tensor | None:
     or another layout than the module expects. Always copies (safe from in-place ops)."""
     if not isinstance(x, Tensor) or x.ndim < 2 or x.shape[0] != n:
         return None
-    mod = layer.module
+    mod = layer.op
     if isinstance(mod, CONVOLUTIONS):
         if x.ndim != mod.weight.ndim:
             return None
+        if isinstance(layer.module, ConvLayer):  # padded as its forward pads, scaled by s_w
+            return _pad_input(layer.module, x.detach()).mul(layer.weight_scale)
         return x.detach().clone()
     if layer.kind == "norm":
         if isinstance(mod, nn.LayerNorm):
@@ -325,7 +395,7 @@ def _rows(layer: _Layer, calls: Sequence[Tensor], sub: slice) -> Tensor:
     """The inputs (patches) ``s_w u`` of shape (s, P, G, D) of the examples ``sub``, calls
     concatenated along P, from what :func:`_layer_input` kept."""
     if layer.kind == "conv":
-        parts = [conv_patches(layer.module, raw[sub]) for raw in calls]
+        parts = [conv_patches(layer.op, raw[sub]) for raw in calls]
     else:
         parts = [u[sub] for u in calls]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -333,7 +403,7 @@ def _rows(layer: _Layer, calls: Sequence[Tensor], sub: slice) -> Tensor:
 
 def _positions(layer: _Layer, outputs: Sequence[Tensor]) -> int:
     """``P``: the positions of all calls of a layer, from their outputs."""
-    return sum(channels_first(layer.module, y).shape[2] for y in outputs)
+    return sum(channels_first(layer.op, y).shape[2] for y in outputs)
 
 
 #: Elements of the inputs (patches) and stacked cotangents of the examples processed at
@@ -519,7 +589,7 @@ def _collect(
         if check is not None and index in check:
             raise _UnsplitError(layer.name)
         columns = [
-            channels_first(layer.module, torch.zeros_like(y) if g is None else g)
+            channels_first(layer.op, torch.zeros_like(y) if g is None else g)
             for y, g in zip(ys, calls, strict=True)
         ]
         g = columns[0] if len(columns) == 1 else torch.cat(columns, dim=2)
@@ -1146,8 +1216,11 @@ def ntk_structured(
         neural-tangents' conventions: the mean over outputs of ``Theta[:, :, a, a]``,
         the whole ``Theta``, or its diagonal in the outputs.
     chunk_size : int, optional
-        Examples per capture pass and per kernel block (``None``: all at once). Bounds the
-        memory of the intermediate products; the result is the same.
+        Examples per capture pass and per kernel block. ``None``: kernel blocks of all the
+        inputs (of 512 for a symmetric kernel, whose lower blocks are mirrored), capture
+        passes of as many examples as keep their tensors within about
+        ``2**27`` elements (measured on ``x1[:1]``). Bounds the memory of the intermediate
+        products; the result is the same.
 
     Returns
     -------
@@ -1167,8 +1240,10 @@ def ntk_structured(
     Covered: modules of exact type ``nn.Linear`` (any number of axes between the batch and
     the features, e.g. tokens), ntklab's ``DenseLayer`` (both parameterizations),
     ``nn.Conv1d``, ``nn.Conv2d`` and ``nn.Conv3d`` (any stride, dilation, padding, padding
-    mode and groups), and the affine parameters of ``nn.BatchNorm1d/2d/3d`` (eval mode) and
-    ``nn.LayerNorm``, each called any number of times. Everything else falls back to a
+    mode and groups), ntklab's 1-D and 2-D ``ConvLayer`` (both parameterizations, any
+    strides and padding; never split, see :func:`_split_saving`), and the affine parameters
+    of ``nn.BatchNorm1d/2d/3d`` (eval mode) and ``nn.LayerNorm``, each called any number of
+    times. Everything else falls back to a
     per-example Jacobian of just those parameters: other parameters, subclasses with their
     own ``forward``, tied weights, a covered parameter also used outside its module's
     forward (detected while running), a module whose input has no leading batch axis.
@@ -1202,19 +1277,35 @@ def ntk_structured(
     same = x2 is None or x2 is x1
     x2 = x1 if x2 is None else check_batch("x2", x2, fm)
     n1, n2 = x1.shape[0], x2.shape[0]
-    chunk = min(chunk_size or max(n1, n2), max(n1, n2))
+    block = _tile(n1, n2, chunk_size, same)  # Gram tiles
     layers = list(_covered_layers(fm))
     covered = {p for layer in layers for p in layer.params}
     fallback = [p for p in fm.params if p not in covered]
     unfactored: set[str] = set()
     unsplit: set[str] = set()
-    planned = _profile(fm, x1).split
+    prof = _profile(fm, x1)
+    planned = prof.split
+    chunk = block  # examples captured at once
+    if chunk_size is None and prof.outputs:
+        chunk = _capture_chunk(prof, n1, n2, prof.outputs, outputs, same)
     while True:  # each retry covers fewer parameters or factors or splits fewer layers
         split = frozenset(planned) - unsplit - unfactored
         try:
-            b1, paths = _batch_factors(
-                fm, layers, fallback, x1, chunk, outputs, None, n2, same, unfactored, split
+            key = (
+                tuple((layer.name, layer.params) for layer in layers),
+                tuple(fallback),
+                frozenset(unfactored),
+                split,
+                outputs,
             )
+            kept = _ROWS.get(fm, x1, key)
+            if kept is None:
+                b1, paths = _batch_factors(
+                    fm, layers, fallback, x1, chunk, outputs, None, n2, same, unfactored, split
+                )
+                _ROWS.put(fm, x1, key, (b1, paths))
+            else:
+                b1, paths = kept
             b2 = (
                 b1
                 if same
@@ -1237,7 +1328,64 @@ def ntk_structured(
             raise NtklabValueError(
                 f"x2: expected the model to give {b1.k} outputs as for x1, got {b2.k}"
             )
-        return _accumulate(b1, b2, n1, n2, chunk, outputs, same, fm)
+        return _accumulate(b1, b2, n1, n2, block, outputs, same, fm)
+
+
+# ------------------------------------------------------------------ rows kept
+
+
+def _versions(fm: FunctionalModel, x: Tensor) -> tuple[int, ...]:
+    """In-place modification counters of ``x`` and of the parameters."""
+    return (x._version, *(v._version for v in fm.params.values()))
+
+
+class _RowFactors(threading.local):
+    """The factors of the last first batch ``x1`` of :func:`ntk_structured`, kept while
+    :func:`reusing_rows` is active, for the next call with the same ``x1`` tensor (same
+    object, unmodified), model (parameters unmodified) and coverage. One per thread (Dask's
+    threaded scheduler computes tiles in parallel threads)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.entry: tuple[Any, ...] | None = None
+
+    def get(self, fm: FunctionalModel, x: Tensor, key: object) -> tuple[_Batch, list[Path]] | None:
+        entry, self.entry = self.entry, None  # a miss drops it before new factors are formed
+        if entry is None or not self.active:
+            return None
+        ref_x, ref_fm, versions, old_key, kept = entry
+        if ref_x() is not x or ref_fm() is not fm or old_key != key or versions != _versions(fm, x):
+            return None
+        self.entry = entry
+        return kept  # type: ignore[no-any-return]
+
+    def put(
+        self, fm: FunctionalModel, x: Tensor, key: object, kept: tuple[_Batch, list[Path]]
+    ) -> None:
+        if self.active:
+            self.entry = (weakref.ref(x), weakref.ref(fm), _versions(fm, x), key, kept)
+
+
+_ROWS = _RowFactors()
+
+
+@contextmanager
+def reusing_rows() -> Iterator[None]:
+    """Within this context, :func:`ntk_structured` keeps the factors of its first batch
+    ``x1`` (per-layer inputs and cotangents, per-example gradients, fallback Jacobian) for
+    the next call with the same ``x1`` tensor: a blocked kernel computed row block by row
+    block (:func:`.streaming.fill_blocks`) then captures each row block once instead of once
+    per block. Kept factors are dropped at the first call with another ``x1``, model or
+    coverage, when ``x1`` or a parameter was modified in place, and on leaving the
+    context; they cost the memory of one more batch's factors between calls, which the
+    blocks of :func:`.ntk.plan` (sized for ``x2`` given) already count."""
+    _ROWS.active += 1
+    try:
+        yield
+    finally:
+        _ROWS.active -= 1
+        if not _ROWS.active:
+            _ROWS.entry = None
 
 
 # ------------------------------------------------------------------ profile and costs
@@ -1252,6 +1400,7 @@ class _Profile:
     fallback: int  # F: number of fallback scalar parameters
     activations: int  # elements of the forward's intermediate tensors, per example
     split: dict[str, float] = dataclasses.field(default_factory=dict)  # name: flops saved
+    outputs: int = 0  # k, measured on the sample (0 without one)
 
 
 #: The last profiles measured on a sample: (sample tensor, model, profile), compared by
@@ -1302,7 +1451,10 @@ def _profile(fm: FunctionalModel, x: Tensor | None) -> _Profile:
                 split[layer.name] = saved
     covered = {p for layer, _, _ in sized for p in layer.params}
     fallback = sum(v.numel() for p, v in fm.params.items() if p not in covered)
-    prof = _Profile(sized, fallback, acts) if x is None else _Profile(sized, fallback, acts, split)
+    if x is None:
+        prof = _Profile(sized, fallback, acts)
+    else:
+        prof = _Profile(sized, fallback, acts, split, k)
     if x is not None:
         _PROFILES.insert(0, (weakref.ref(x), weakref.ref(fm), prof))
         del _PROFILES[_PROFILES_KEPT:]
@@ -1318,7 +1470,7 @@ def _split_saving(layer: _Layer, p: int, calls: Sequence[Tensor], k: int) -> flo
     unfolded input gradient ``C_in taps P_in``."""
     mod = layer.module
     if not isinstance(mod, CONVOLUTIONS) or mod.padding_mode != "zeros" or len(calls) != 1:
-        return 0.0
+        return 0.0  # a ConvLayer's kept input is padded: its cotangents would need cropping
     raw = calls[0]
     p_in = math.prod(raw.shape[2:])
     direct = _layer_flops(layer, p)
@@ -1479,7 +1631,8 @@ def structured_peak_bytes(
       ``2 * 2**22`` elements).
 
     Parameters are those of :func:`structured_flops`; ``chunk_size`` as in
-    :func:`ntk_structured` (``c = chunk_size`` or ``max(n1, n2)``).
+    :func:`ntk_structured` (``c = chunk_size``, or ``max(n1, n2)`` for the tiles and the
+    default capture chunk of :func:`ntk_structured` for the capture).
 
     Examples
     --------
@@ -1494,28 +1647,29 @@ def structured_peak_bytes(
     prof = _profile(fm, x)
     item = fm.params[fm.names[0]].element_size()
     kernel = n1 * n2 * _multiplicity(k, outputs) * (1 if outputs == "trace" else 2)
-    c = min(chunk_size or max(n1, n2), max(n1, n2))
+    c = _tile(n1, n2, chunk_size, symmetric)
     batches = n1 if symmetric else n1 + n2
     kept = batches * k * prof.fallback
     inputs = 0
     cotangents = 0
     scratch = 0
     tile = 0
+    cc = c if chunk_size else _capture_chunk(prof, n1, n2, k, outputs, symmetric)
     for layer, p, factorable in prof.layers:
         weight = layer.width if layer.weight is not None else 0
         bias = int(layer.bias is not None)
         channels, groups = layer.channels, layer.groups
-        patches = c * p * groups * layer.width
-        taps = math.prod(layer.module.kernel_size) if isinstance(layer.module, CONVOLUTIONS) else 1
-        cotangents += c * k * p * channels
+        patches = cc * p * groups * layer.width
+        taps = math.prod(layer.op.kernel_size) if isinstance(layer.op, CONVOLUTIONS) else 1
+        cotangents += cc * k * p * channels
         if layer.name in prof.split:  # input cotangents of every output, about P C_in each
-            cotangents += c * k * patches // (c * taps)
-            scratch = max(scratch, _SPLIT_ELEMENTS + 2 * c * k * p * channels)
+            cotangents += k * patches // taps
+            scratch = max(scratch, _SPLIT_ELEMENTS + 2 * cc * k * p * channels)
         path = _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable)
         if layer.name in prof.split:
             path = "factored"
         inputs += patches if path == "pairwise" else patches // taps
-        scratch = max(scratch, min(2 * _CACHE_ELEMENTS, c * p * (k * channels + patches // c)))
+        scratch = max(scratch, min(2 * _CACHE_ELEMENTS, cc * p * (k * channels + patches // cc)))
         if path == "pairwise":
             kept += batches * p * (groups * weight + k * channels)
             rows = c * p
@@ -1530,7 +1684,48 @@ def structured_peak_bytes(
             kept += batches * channels * (weight + bias + k)
             gram = c * c * channels * (k if outputs == "full" else 1)
             tile = max(tile, 2 * min(gram, _FACTORED_ELEMENTS + c * channels * k))
-    capture = inputs + cotangents + scratch + 2 * c * prof.activations
+    capture = inputs + cotangents + scratch + 2 * cc * prof.activations
     if prof.fallback:
-        capture = max(capture, c * k * (prof.activations + 2 * prof.fallback))
+        capture = max(capture, cc * k * (prof.activations + 2 * prof.fallback))
     return int(item * (kernel + kept + max(capture, tile)))
+
+
+#: Rows of the Gram tiles of a symmetric kernel by default: the tiles below the diagonal
+#: are mirrored, not computed (a single tile would be computed whole).
+_SYMMETRIC_TILE = 512
+
+
+def _tile(n1: int, n2: int, chunk_size: int | None, symmetric: bool) -> int:
+    """Rows and columns of a Gram tile: ``chunk_size``, else all the inputs, at most
+    :data:`_SYMMETRIC_TILE` for a symmetric kernel."""
+    if chunk_size is None and symmetric:
+        return min(n1, _SYMMETRIC_TILE)
+    return min(chunk_size or max(n1, n2), max(n1, n2))
+
+
+#: Elements of the tensors of one capture chunk (forward, cotangents, saved inputs) that
+#: :func:`ntk_structured` aims at by default (1 GiB in float64): beyond a few dozen examples
+#: larger chunks are not faster, and the memory is better spent on larger blocks.
+_CAPTURE_ELEMENTS = 2**27
+
+
+def _capture_chunk(
+    prof: _Profile, n1: int, n2: int, k: int, outputs: Outputs, symmetric: bool
+) -> int:
+    """Examples captured at once by default: as many as keep the chunk's forward tensors
+    (twice, for the backward passes), cotangents of every output and saved inputs (patches
+    for a pairwise layer, a copy of the input otherwise) within :data:`_CAPTURE_ELEMENTS`,
+    at least 1, at most ``max(n1, n2)``."""
+    per_example = 2 * prof.activations
+    for layer, p, factorable in prof.layers:
+        patches = p * layer.groups * layer.width
+        taps = math.prod(layer.op.kernel_size) if isinstance(layer.op, CONVOLUTIONS) else 1
+        per_example += k * p * layer.channels
+        path = _choose_path(layer, n1, n2, p, k, outputs, symmetric, factorable)
+        if layer.name in prof.split:
+            per_example += k * patches // taps
+            path = "factored"
+        per_example += patches if path == "pairwise" else patches // taps
+    if prof.fallback:
+        per_example = max(per_example, k * (prof.activations + 2 * prof.fallback))
+    return max(1, min(max(n1, n2), _CAPTURE_ELEMENTS // max(1, per_example)))
