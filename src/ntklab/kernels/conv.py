@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from .._checks import check_channels_first, check_nonnegative
+from .._checks import check_channels_first
 from ..errors import NtklabValueError
 from .covariance import (
     Padding,
@@ -45,7 +45,7 @@ from .covariance import (
     spatial_axes,
     window_mean,
 )
-from .engine import Layer, Parameterization, as_float, check_width
+from .engine import Layer, Parameterization, as_float, check_weight_scales, check_width
 from .kernel import KernelState
 
 __all__ = ["Conv", "ConvLayer"]
@@ -136,13 +136,7 @@ class Conv(Layer):
         object.__setattr__(self, "filter_shape", filt)
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "padding", padding)
-        check_nonnegative("w_std", self.w_std)
-        if self.b_std is not None:
-            check_nonnegative("b_std", self.b_std)
-        if self.parameterization not in ("ntk", "standard"):
-            raise NtklabValueError(
-                f"parameterization: expected 'ntk' or 'standard', got {self.parameterization!r}"
-            )
+        check_weight_scales(self.w_std, self.b_std, self.parameterization)
 
     @property
     def has_parameters(self) -> bool:

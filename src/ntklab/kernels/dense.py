@@ -18,9 +18,16 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from .._checks import check_nonnegative
 from ..errors import NtklabValueError
-from .engine import Layer, Parameterization, Role, affine, as_float, check_width
+from .engine import (
+    Layer,
+    Parameterization,
+    Role,
+    affine,
+    as_float,
+    check_weight_scales,
+    check_width,
+)
 from .kernel import KernelState
 
 __all__ = ["Dense", "DenseLayer"]
@@ -77,13 +84,7 @@ class Dense(Layer):
             "the number of units, neural-tangents' out_dim: Dense(512) is 512 units",
             "Dense(w_std=1.5, b_std=0.1)",
         )
-        check_nonnegative("w_std", self.w_std)
-        if self.b_std is not None:
-            check_nonnegative("b_std", self.b_std)
-        if self.parameterization not in ("ntk", "standard"):
-            raise NtklabValueError(
-                f"parameterization: expected 'ntk' or 'standard', got {self.parameterization!r}"
-            )
+        check_weight_scales(self.w_std, self.b_std, self.parameterization)
 
     @property
     def has_parameters(self) -> bool:

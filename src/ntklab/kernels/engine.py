@@ -37,7 +37,13 @@ from typing import Any, Literal, TypeAlias
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_channels_first, check_inputs, check_positive_int, check_precision
+from .._checks import (
+    check_channels_first,
+    check_inputs,
+    check_nonnegative,
+    check_positive_int,
+    check_precision,
+)
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
 from . import _fused
@@ -289,6 +295,20 @@ def check_width(width: object, meaning: str, keywords: str) -> None:
             f"scales as keywords, e.g. {keywords}"
         )
     check_positive_int("width", width)
+
+
+def check_weight_scales(
+    w_std: float | Tensor, b_std: float | Tensor | None, parameterization: object
+) -> None:
+    """Raise unless ``w_std >= 0``, ``b_std`` is None or ``>= 0`` and ``parameterization`` is
+    ``"ntk"`` or ``"standard"`` (the arguments of a Dense or Conv layer)."""
+    check_nonnegative("w_std", w_std)
+    if b_std is not None:
+        check_nonnegative("b_std", b_std)
+    if parameterization not in ("ntk", "standard"):
+        raise NtklabValueError(
+            f"parameterization: expected 'ntk' or 'standard', got {parameterization!r}"
+        )
 
 
 def affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:

@@ -458,15 +458,15 @@ class FanInSum(_NoPropagate):
 
 
 def _sum(states: list[KernelState]) -> tuple[Tensor, Tensor | None]:
-    cov = states[0].cov
+    cov = states[0].cov.clone()
     for s in states[1:]:
-        cov = cov + s.cov
+        cov += s.cov
     ntks = [s.ntk for s in states if s.ntk is not None]
-    ntk = None
-    for t in ntks:
-        ntk = t if ntk is None else ntk + t
-    if ntk is not None and ntk is ntks[0] and len(ntks) == 1:
-        ntk = ntk.clone()
+    if not ntks:
+        return cov, None
+    ntk = ntks[0].clone()
+    for t in ntks[1:]:
+        ntk += t
     return cov, ntk
 
 
