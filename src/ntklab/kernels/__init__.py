@@ -1,13 +1,15 @@
 """Analytic infinite-width kernels (NNGP and NTK) of architectures, in torch.
 
 One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
-:mod:`.activations`, :mod:`.conv`, :mod:`.pooling`, :mod:`.normalization`, :mod:`.dropout`
-and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``, ``repeat``,
-``Residual``), over the engine (:mod:`.engine`: the carried state, validation, blocking,
-``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
+:mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
+:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
+``parallel``, ``FanIn*``, ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the
+carried state, validation, blocking, ``Architecture`` and ``serial``) and the fused CPU backend
+(:mod:`._fused`).
 """
 
 from .activations import (
+    ABRelu,
     Abs,
     Activation,
     Cos,
@@ -41,8 +43,22 @@ from .graphs import (
 from .kernel import Kernel
 from .normalization import LayerNorm
 from .pooling import AvgPool, Flatten, GlobalAvgPool
+from .stax_activations import (
+    Exp,
+    ExpNormalized,
+    Gabor,
+    GaussianBump,
+    Hermite,
+    Monomial,
+    Polynomial,
+    Rbf,
+    RectifiedMonomial,
+    SigmoidLike,
+    Sign,
+)
 
 __all__ = [
+    "ABRelu",
     "Abs",
     "Activation",
     "Architecture",
@@ -53,22 +69,33 @@ __all__ = [
     "Dropout",
     "Elementwise",
     "Erf",
+    "Exp",
+    "ExpNormalized",
     "FanInConcat",
     "FanInProd",
     "FanInSum",
     "FanOut",
     "Flatten",
+    "Gabor",
+    "GaussianBump",
     "Gelu",
     "GlobalAvgPool",
+    "Hermite",
     "Identity",
     "Kernel",
     "Layer",
     "LayerNorm",
     "LeakyRelu",
+    "Monomial",
     "Parallel",
+    "Polynomial",
+    "Rbf",
+    "RectifiedMonomial",
     "Relu",
     "Residual",
     "Sigmoid",
+    "SigmoidLike",
+    "Sign",
     "Silu",
     "Sin",
     "Softplus",

@@ -47,6 +47,7 @@ from .quadrature import DEFAULT_DEGREE, _rules, gaussian_pair_expectation
 from .quadrature import derivative as autograd_derivative
 
 __all__ = [
+    "ABRelu",
     "Abs",
     "Activation",
     "Cos",
@@ -289,9 +290,87 @@ class Relu(Activation):
         return (s1 * s2) * j1 / _TWO_PI, j0 / _TWO_PI
 
 
+def _check_finite(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a finite real number (an activation's parameter),
+    else raise naming ``name``."""
+    if isinstance(value, np.floating | np.integer):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NtklabTypeError(f"{name}: expected a finite float, got {value!r}")
+    if not math.isfinite(value):
+        raise NtklabValueError(f"{name}: expected a finite float, got {value!r}")
+    return float(value)
+
+
+def abrelu_dual(
+    a: float, b: float, cov: Tensor, var1: Tensor, var2: Tensor, *, derivative: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Dual kernels of :math:`\\phi(x) = a \\min(x, 0) + b \\max(x, 0)`.
+
+    Writing :math:`\\phi = (b - a)\\,\\mathrm{relu} + a x` and using
+    :math:`E[\\mathrm{relu}(u)\\, v] = c/2` (Stein's lemma),
+
+    .. math::
+        E[\\phi\\phi] = \\frac{(b-a)^2}{2\\pi} \\sqrt{K_{11} K_{22}}\\, J_1(\\theta) + ab\\, c,
+        \\qquad
+        E[\\phi'\\phi'] = \\frac{(b-a)^2}{2\\pi} J_0(\\theta) + ab,
+
+    the arc-cosine kernels :math:`J_0 = \\pi - \\theta`,
+    :math:`J_1 = \\sin\\theta + (\\pi - \\theta)\\cos\\theta` (Cho & Saul, 2009); the same as
+    neural-tangents' ``ABRelu`` (Novak et al., 2020), which cites (Tsuchida et al., 2018).
+    On the diagonal (:math:`\\theta = 0`) :math:`E[\\phi^2] = (a^2 + b^2) K / 2`.
+    """
+    c, s1, s2 = correlation(cov, var1, var2, inplace=False)
+    j0, j1 = arccos_duals(c)
+    scale = (b - a) ** 2 / _TWO_PI
+    nngp = (s1 * s2) * j1 * scale + (a * b) * cov
+    return nngp, (j0 * scale + a * b if derivative else None)
+
+
+@dataclass(frozen=True)
+class ABRelu(Activation):
+    """:math:`\\phi(x) = a \\min(x, 0) + b \\max(x, 0)`: slope ``a`` for :math:`x < 0`, ``b``
+    for :math:`x > 0` (neural-tangents' ``stax.ABRelu(a, b)``; its ``do_stabilize`` has no
+    counterpart: the dual is computed from the correlation, which does not overflow).
+
+    ``Relu`` is ``ABRelu(0, 1)``, ``LeakyRelu(alpha)`` is ``ABRelu(alpha, 1)`` and ``Abs`` is
+    ``ABRelu(-1, 1)``; their kernels are equal (tested). Dual kernels: :func:`abrelu_dual`.
+
+    Parameters
+    ----------
+    a, b : float
+        The slopes for negative and positive inputs, finite.
+
+    Examples
+    --------
+    >>> import torch, ntklab as nl
+    >>> x = torch.randn(4, 3, dtype=torch.float64)
+    >>> k = nl.serial(nl.Dense(w_std=1.0), nl.ABRelu(-1.0, 1.0), nl.Dense(w_std=1.0)).kernel(x)
+    >>> a = nl.serial(nl.Dense(w_std=1.0), nl.Abs(), nl.Dense(w_std=1.0)).kernel(x)
+    >>> bool(torch.allclose(k.ntk, a.ntk))
+    True
+    """
+
+    a: float
+    b: float
+
+    def __post_init__(self) -> None:
+        _check_finite("a", self.a)
+        _check_finite("b", self.b)
+
+    def phi(self, x: Tensor) -> Tensor:
+        return torch.where(x > 0, self.b * x, self.a * x)
+
+    def dual(
+        self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        return abrelu_dual(self.a, self.b, cov, var1, var2, derivative=derivative)
+
+
 @dataclass(frozen=True)
 class LeakyRelu(Activation):
-    """:math:`\\phi(x) = \\max(x, \\alpha x) = (1-\\alpha)\\,\\mathrm{relu}(x) + \\alpha x`.
+    """:math:`\\phi(x) = \\max(x, \\alpha x) = (1-\\alpha)\\,\\mathrm{relu}(x) + \\alpha x`
+    (for :math:`\\alpha \\le 1`; ``ABRelu(alpha, 1)`` in general).
 
     .. math::
         E[\\phi\\phi] = (1-\\alpha)^2 E[\\mathrm{relu}\\,\\mathrm{relu}] + \\alpha c, \\qquad
@@ -310,17 +389,12 @@ class LeakyRelu(Activation):
     def dual(
         self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
     ) -> tuple[Tensor, Tensor | None]:
-        a = self.alpha
-        c, s1, s2 = correlation(cov.clone() if inplace else cov, var1, var2, inplace=False)
-        j0, j1 = arccos_duals(c)
-        scale = (1.0 - a) ** 2 / _TWO_PI
-        nngp = (s1 * s2) * j1 * scale + a * cov
-        return nngp, j0 * scale + a
+        return abrelu_dual(self.alpha, 1.0, cov, var1, var2, derivative=derivative)
 
 
 @dataclass(frozen=True)
 class Abs(Activation):
-    """:math:`\\phi(x) = |x| = 2\\,\\mathrm{relu}(x) - x` (leaky ReLU with α = -1)."""
+    """:math:`\\phi(x) = |x| = 2\\,\\mathrm{relu}(x) - x` (``ABRelu(-1, 1)``)."""
 
     def phi(self, x: Tensor) -> Tensor:
         return torch.abs(x)
@@ -328,7 +402,7 @@ class Abs(Activation):
     def dual(
         self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
     ) -> tuple[Tensor, Tensor | None]:
-        return LeakyRelu(-1.0).dual(cov, var1, var2, inplace=inplace, derivative=derivative)
+        return abrelu_dual(-1.0, 1.0, cov, var1, var2, derivative=derivative)
 
 
 @dataclass(frozen=True)
