@@ -290,7 +290,7 @@ class Relu(Activation):
         return (s1 * s2) * j1 / _TWO_PI, j0 / _TWO_PI
 
 
-def _check_finite(name: str, value: object) -> float:
+def check_finite_float(name: str, value: object) -> float:
     """Return ``value`` as a float if it is a finite real number (an activation's parameter),
     else raise naming ``name``."""
     if isinstance(value, np.floating | np.integer):
@@ -317,7 +317,8 @@ def abrelu_dual(
 
     the arc-cosine kernels :math:`J_0 = \\pi - \\theta`,
     :math:`J_1 = \\sin\\theta + (\\pi - \\theta)\\cos\\theta` (Cho & Saul, 2009); the same as
-    neural-tangents' ``ABRelu`` (Novak et al., 2020), which cites (Tsuchida et al., 2018).
+    neural-tangents' ``ABRelu`` (Novak et al., 2020, arXiv:1912.02803), which cites
+    (Tsuchida et al., 2018, arXiv:1711.09090).
     On the diagonal (:math:`\\theta = 0`) :math:`E[\\phi^2] = (a^2 + b^2) K / 2`.
     """
     c, s1, s2 = correlation(cov, var1, var2, inplace=False)
@@ -355,8 +356,8 @@ class ABRelu(Activation):
     b: float
 
     def __post_init__(self) -> None:
-        _check_finite("a", self.a)
-        _check_finite("b", self.b)
+        check_finite_float("a", self.a)
+        check_finite_float("b", self.b)
 
     def phi(self, x: Tensor) -> Tensor:
         return torch.where(x > 0, self.b * x, self.a * x)

@@ -3,7 +3,8 @@
 ``Sign``, ``Exp``, ``ExpNormalized``, ``GaussianBump`` (``stax.Gaussian``), ``Rbf``,
 ``Gabor``, ``Hermite``, ``Monomial``, ``RectifiedMonomial``, ``Polynomial`` and ``SigmoidLike``
 (``stax.Sigmoid_like``), with the semantics and argument names of neural-tangents 0.6.5
-(Novak et al., 2020; Han et al., 2022). As in :mod:`.activations`, with :math:`a = K(x,x)`,
+(Novak et al., 2020, arXiv:1912.02803; Han et al., 2022,
+arXiv:2209.04121). As in :mod:`.activations`, with :math:`a = K(x,x)`,
 :math:`b = K(x',x')`, :math:`c = K(x,x')` and the correlation :math:`\\rho = c/\\sqrt{ab} =
 \\cos\\theta`, each layer maps the NNGP to :math:`E[\\phi(u)\\phi(v)]` and multiplies the NTK by
 :math:`E[\\phi'(u)\\phi'(v)]` (which is :math:`\\partial_c E[\\phi(u)\\phi(v)]`, Price's theorem).
@@ -39,8 +40,8 @@ from ..errors import NtklabTypeError, NtklabValueError
 from .activations import (
     Activation,
     Erf,
-    _check_finite,
     arccos_duals,
+    check_finite_float,
     correlation,
 )
 
@@ -71,7 +72,7 @@ def _check_degree(degree: object) -> int:
 
 
 def _check_positive(name: str, value: object) -> None:
-    if _check_finite(name, value) <= 0:
+    if check_finite_float(name, value) <= 0:
         raise NtklabValueError(f"{name}: expected a finite float > 0, got {value!r}")
 
 
@@ -126,10 +127,13 @@ def arccos_kernel(n: int, rho: Tensor) -> Tensor:
         J_n = (2n - 1)\\cos\\theta\\, J_{n-1} + (n - 1)^2 \\sin^2\\theta\\, J_{n-2},
 
     so that :math:`E[u_+^n v_+^n] = (ab)^{n/2} J_n(\\theta) / (2\\pi)` (:math:`J_n(0) =
-    \\pi (2n-1)!!`). The recursion follows from Price's theorem
-    :math:`\\partial_\\rho E[u_+^n v_+^n] = n^2 E[u_+^{n-1} v_+^{n-1}]` (unit variances) and
-    Cho & Saul's derivative formula; it is checked against quadrature up to degree 4 in the
-    tests. Differentiable in :math:`\\rho`, with finite gradients at :math:`\\rho = \\pm 1`.
+    \\pi (2n-1)!!`). Proof of the recursion for :math:`A_n(\\rho) = J_n / (2\\pi)` (unit
+    variances), by induction from :math:`n = 2` (checked by expanding): Price's theorem gives
+    :math:`A_n' = n^2 A_{n-1}`, and the derivative of the right-hand side is, by the recursion at
+    :math:`n - 1`, :math:`(2n - 1) A_{n-1} + (n-1)^2 A_{n-1} = n^2 A_{n-1}`; both sides agree at
+    :math:`\\rho = 0`, where :math:`E[z_+^n] = (n-1) E[z_+^{n-2}]`. Checked against quadrature
+    up to degree 4 in the tests. Differentiable in :math:`\\rho`, with finite gradients at
+    :math:`\\rho = \\pm 1`.
     """
     j0, j1 = arccos_duals(rho)
     if n == 0:
@@ -230,8 +234,8 @@ def polynomial_dual(coef: Sequence[float], cov: Tensor, var1: Tensor, var2: Tens
     """:math:`E[p(u)p(v)]` for :math:`p(x) = \\sum_k \\mathrm{coef}_k x^k`.
 
     Expanding :math:`p(\\sqrt a z)` in the normalized Hermite polynomials :math:`h_l = He_l /
-    \\sqrt{l!}` (the expansion of ``stax.Polynomial``; Han et al., 2022) and using
-    :math:`E[h_l(u/\\sqrt a) h_m(v/\\sqrt b)] = \\delta_{lm}\\rho^l` (Mehler's formula),
+    \\sqrt{l!}` (the expansion of ``stax.Polynomial``; Han et al., 2022, arXiv:2209.04121) and
+    using :math:`E[h_l(u/\\sqrt a) h_m(v/\\sqrt b)] = \\delta_{lm}\\rho^l` (Mehler's formula),
 
     .. math::
         E[p(u)p(v)] = \\sum_l s_l(a)\\, s_l(b)\\, c^l, \\qquad
@@ -291,7 +295,7 @@ class Polynomial(Activation):
         values = tuple(coef)
         if not values:
             raise NtklabValueError("coef: expected at least one coefficient, got an empty one")
-        checked = tuple(_check_finite(f"coef[{i}]", v) for i, v in enumerate(values))
+        checked = tuple(check_finite_float(f"coef[{i}]", v) for i, v in enumerate(values))
         object.__setattr__(self, "coef", checked)
 
     def phi(self, x: Tensor) -> Tensor:
@@ -391,8 +395,8 @@ class Exp(Activation):
     b: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_finite("a", self.a)
-        _check_finite("b", self.b)
+        check_finite_float("a", self.a)
+        check_finite_float("b", self.b)
 
     def phi(self, x: Tensor) -> Tensor:
         return self.a * torch.exp(self.b * x)
@@ -415,7 +419,8 @@ def _no_finite_network() -> NtklabValueError:
 
 @dataclass(frozen=True)
 class ExpNormalized(Activation):
-    """The normalized Gaussian kernel of Shankar et al. (2020), p. 6 (``stax.ExpNormalized``):
+    """The normalized Gaussian kernel of Shankar et al. (2020, arXiv:2003.02237), p. 6
+    (``stax.ExpNormalized``):
 
     .. math::
         K' = \\sqrt{K_{11} K_{22}}\\; e^{\\gamma(\\rho + \\mathrm{shift})}, \\qquad
@@ -438,9 +443,9 @@ class ExpNormalized(Activation):
     shift: float = -1.0
 
     def __post_init__(self) -> None:
-        if _check_finite("gamma", self.gamma) < 0:
+        if check_finite_float("gamma", self.gamma) < 0:
             raise NtklabValueError(f"gamma: expected a finite float >= 0, got {self.gamma!r}")
-        _check_finite("shift", self.shift)
+        check_finite_float("shift", self.shift)
 
     def phi(self, x: Tensor) -> Tensor:
         raise _no_finite_network()
@@ -489,8 +494,8 @@ class GaussianBump(Activation):
     b: float = -1.0
 
     def __post_init__(self) -> None:
-        _check_finite("a", self.a)
-        _check_finite("b", self.b)
+        check_finite_float("a", self.a)
+        check_finite_float("b", self.b)
 
     def phi(self, x: Tensor) -> Tensor:
         return self.a * torch.exp(self.b * x * x)
