@@ -133,9 +133,7 @@ class Linear:
             p = x.unfold(2, self.filt[0], self.strides[0])  # shape: (n, C, L', f)
             p = p.permute(0, 1, 3, 2).reshape(x.shape[0], -1, p.shape[2])
         else:
-            out = [
-                (x.shape[2 + k] - self.filt[k]) // self.strides[k] + 1 for k in range(2)
-            ]
+            out = [(x.shape[2 + k] - self.filt[k]) // self.strides[k] + 1 for k in range(2)]
             p = nn.functional.unfold(x, self.filt, stride=self.strides)
             p = p.reshape(x.shape[0], -1, *out)
         return p * (self.w / math.sqrt(self.size))
@@ -181,7 +179,7 @@ class Act:
     """An activation's random features from the (unmaterialized) output of ``lin``.
 
     ``w_in`` stacks the projections of ``g``: :math:`W` (``m`` rows), then for the NTK
-    :math:`W_0` and, when ``lin`` is a layer (``from_layer``: :math:`t' = [g', \sigma_w t]`),
+    :math:`W_0` and, when ``lin`` is a layer (``from_layer``: :math:`t' = [g', \\sigma_w t]`),
     the ``g`` part of :math:`R` (``m_t`` rows each); ``b_in`` their bias weights; ``r_t``
     the ``t`` part of :math:`R` (None without incoming NTK features).
     """
@@ -299,8 +297,7 @@ def _linear_of(layer: Dense | Conv, index: int, spatial: tuple[int, ...]) -> Lin
     filt: tuple[int, ...] = layer.filter_shape  # type: ignore[assignment]
     if len(filt) != len(spatial):
         raise NtklabValueError(
-            f"layers[{index}]: Conv expects {len(filt)} spatial dimension(s), got "
-            f"{len(spatial)}"
+            f"layers[{index}]: Conv expects {len(filt)} spatial dimension(s), got {len(spatial)}"
         )
     strides: tuple[int, ...] = layer.strides  # type: ignore[assignment]
     return Linear(layer.w_std, b, filt, strides, layer.padding)
@@ -375,9 +372,9 @@ def plan_features(
                 continue
             pool = AvgPoolLayer(layer.window_shape, layer.strides, layer.padding)  # type: ignore[arg-type]
             walk.steps.append(Pool(pool))
-            walk.spatial = Linear(1.0, None, pool.window_shape, pool.strides, pool.padding).out_shape(
-                walk.spatial
-            )
+            walk.spatial = Linear(
+                1.0, None, pool.window_shape, pool.strides, pool.padding
+            ).out_shape(walk.spatial)
         elif isinstance(layer, Flatten):
             walk.materialize(ntk)
             if walk.spatial:
@@ -474,6 +471,17 @@ def kernel_features(
     -------
     Tensor of shape (n, num_features)
         On ``x``'s dtype and device.
+
+    Examples
+    --------
+    >>> import torch, ntklab as nl
+    >>> from ntklab.kernels.features import kernel_features
+    >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5))
+    >>> x = torch.randn(5, 3, dtype=torch.float64)
+    >>> phi = kernel_features(arch.layers, x, 4096, seed=0)
+    >>> k = arch.kernel(x).ntk
+    >>> bool(torch.linalg.norm(phi @ phi.T - k) < 0.1 * torch.linalg.norm(k))
+    True
     """
     if get not in ("ntk", "nngp"):
         raise NtklabValueError(f"get: expected 'ntk' or 'nngp', got {get!r}")
