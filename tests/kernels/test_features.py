@@ -201,7 +201,7 @@ def test_bad_arguments() -> None:
         arch.features(x, 8, get="both")  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="num_features: expected at least"):
         arch.features(x, 2)
-    with pytest.raises(NtklabValueError, match="x1"):
+    with pytest.raises(NtklabValueError, match="x: expected finite"):
         arch.features(torch.full((3, 3), float("nan"), dtype=F64), 8)
 
 
@@ -213,6 +213,27 @@ def test_exact_when_there_is_no_activation() -> None:
     for get in ("ntk", "nngp"):
         phi = arch.features(x, 16, get=get)
         torch.testing.assert_close(phi @ phi.T, _exact(arch, x, get), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("layers", "shape"),
+    [
+        ((Conv(filter_shape=3, w_std=1.3, b_std=0.2), Conv(filter_shape=2, strides=2)), (4, 2, 7)),
+        (
+            (Conv(filter_shape=3, padding="CIRCULAR", w_std=0.9), AvgPool(2, padding="SAME")),
+            (4, 2, 5),
+        ),
+        ((Conv(filter_shape=(2, 3), strides=(1, 2), padding="VALID", b_std=0.5),), (3, 2, 4, 5)),
+    ],
+)
+def test_linear_cnn_features_are_exact(layers: tuple[object, ...], shape: tuple[int, ...]) -> None:
+    """Without activations (and Flatten, which sketches) the features are exact: stacked
+    patches, pads, strides and pooling."""
+    x = _randn(*shape)
+    arch = nl.serial(*layers, GlobalAvgPool(), nl.Dense(w_std=1.1, b_std=0.3))
+    for get in ("ntk", "nngp"):
+        phi = arch.features(x, 256, get=get)
+        torch.testing.assert_close(phi @ phi.T, _exact(arch, x, get), rtol=1e-10, atol=1e-12)
 
 
 def test_feature_operator_matches_dense_solve() -> None:

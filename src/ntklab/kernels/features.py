@@ -63,14 +63,14 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_inputs, check_positive_int
+from .._checks import check_matrix, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from .activations import Activation, Relu
 from .conv import Conv
 from .covariance import Padding, output_size, pad_images, pads_for
 from .dense import Dense
-from .engine import Layer, check_images
+from .engine import Layer, architecture_spatial_ndim, check_images
 from .pooling import AvgPool, AvgPoolLayer, Flatten, GlobalAvgPool
 from .quadrature import derivative
 
@@ -140,7 +140,7 @@ class Linear:
 
     def out_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(
-            output_size(s, f, st, *pads_for(self.padding, s, f, st, k), what="Conv")
+            output_size(s, f, st, *pads_for(self.padding, s, f, st, k), what="features")
             for k, (s, f, st) in enumerate(zip(spatial, self.filt, self.strides, strict=True))
         )
 
@@ -490,12 +490,10 @@ def kernel_features(
         raise NtklabTypeError(f"seed: expected an int, got {type(seed).__name__}")
     if block_size is not None:
         check_positive_int("block_size", block_size)
-    spatial = any(layer.spatial_layer for layer in layers)
-    if spatial:
-        dims = {len(lay.filter_shape) for lay in layers if isinstance(lay, Conv)}  # type: ignore[arg-type]
-        a, _ = check_images(x, None, dims.pop() if len(dims) == 1 else None)
+    if any(layer.spatial_layer for layer in layers):
+        a, _ = check_images(x, None, architecture_spatial_ndim(layers))
     else:
-        a, _ = check_inputs(x, None)
+        a = check_matrix("x", x)
     ntk = get == "ntk"
     in_shape = tuple(int(s) for s in a.shape[1:])
     m, m_t, _ = choose_widths(layers, in_shape, num_features, ntk)
