@@ -236,6 +236,19 @@ def test_linear_cnn_features_are_exact(layers: tuple[object, ...], shape: tuple[
         torch.testing.assert_close(phi @ phi.T, _exact(arch, x, get), rtol=1e-10, atol=1e-12)
 
 
+def test_walsh_hadamard_and_srht_rows() -> None:
+    from scipy.linalg import hadamard
+
+    h = torch.tensor(hadamard(16), dtype=F64)
+    x = _randn(3, 16)
+    torch.testing.assert_close(features.walsh_hadamard(x), x @ h)
+    signs = torch.tensor([1.0, -1.0] * 8, dtype=F64)
+    rows = torch.tensor([3, 0, 3, 9])
+    a = _randn(2, 11, seed=1)
+    dense = h[rows] * signs  # the sampled rows of H D
+    torch.testing.assert_close(features.SRHT(signs, rows)(a), a @ dense[:, :11].T)
+
+
 def test_feature_operator_matches_dense_solve() -> None:
     phi = _randn(30, 8)
     op = FeatureOperator(phi)

@@ -18,25 +18,27 @@ vector per position, :math:`K_{hh'} = \\langle g_h, g'_{h'} \\rangle`.
   stacks the :math:`|f|` positions of its filter scaled by :math:`|f|^{-1/2}`, as the CNTK
   recursion averages them (Arora et al. 2019, arXiv:1904.11955).
 - An activation :math:`\\phi` draws the arc-cosine random features of Cho & Saul (2009) of
-  orders 1 and 0 (for ReLU; any :math:`\\phi` in general): with :math:`W, W_0, R` unit
-  Gaussian,
+  orders 1 and 0 (for ReLU; any :math:`\\phi` in general): with :math:`W, W_0` unit
+  Gaussian and :math:`R` a random projection (below),
 
   .. math::
 
       g'' = \\phi(W g') / \\sqrt{m}, \\qquad
       t'' = (R\\, t') \\odot \\phi'(W_0 g') / \\sqrt{m_t}.
 
-  :math:`E_W \\langle \\phi(Wg'), \\phi(Wg'') \\rangle / m = E[\\phi(u)\\phi(v)]` over the
+  :math:`E_W \\langle \\phi(Wg'_x), \\phi(Wg'_{x'}) \\rangle / m = E[\\phi(u)\\phi(v)]` over the
   Gaussian pair with covariance :math:`K'` (the dual kernel), and :math:`t''` is a sketch of
   the tensor product :math:`t' \\otimes \\phi'(W_0 g')` whose inner products are unbiased,
   :math:`E \\langle t''_x, t''_{x'} \\rangle = \\Theta' E[\\phi'(u)\\phi'(v)]`, the NTK
-  recursion. Zandieh et al. sketch the tensor product with TensorSRHT; here each coordinate
-  pairs one Gaussian projection of :math:`t'` with one order-0 feature (a rank-one Gaussian
-  tensor sketch; the order-0 features are already independent rows), which is unbiased in
-  the same way and commutes with convolution: the projection of a convolution's stacked
-  patch is itself a convolution with random filters, so the CNTK features cost
-  :math:`O(|S|\\,|f|\\,m^2)` per image, linear in the number of pixels (the paper's
-  observation), and never form the :math:`|S|^2` covariance.
+  recursion. As in Zandieh et al.'s TensorSRHT (after Ahle et al. 2020), the rows of
+  :math:`R` are sampled rows of a randomized Hadamard transform, :math:`(H(s \\odot t'))_{p_i}`,
+  :math:`O(D \\log D)` per input (:class:`SRHT`); the other factor of the tensor product
+  needs no transform, its coordinates (order-0 features) being independent already, so each
+  coordinate pairs one Hadamard row with one order-0 feature. On images :math:`R` is a bank
+  of Gaussian filters instead (a Gaussian tensor sketch, unbiased in the same way), because
+  the projection of a convolution's stacked patch by Gaussian rows is itself a convolution:
+  the CNTK features cost :math:`O(|S|\\,|f|\\,m^2)` per image, linear in the number of
+  pixels (the paper's observation), and never form the :math:`|S|^2` covariance.
 - ``AvgPool`` and ``GlobalAvgPool`` average the per-position features (exact);
   ``Flatten`` stacks them scaled by :math:`|S|^{-1/2}` and reduces them with a CountSketch
   (Charikar, Chen & Farach-Colton 2002) to the layer's width, an unbiased linear sketch.
@@ -174,6 +176,38 @@ class Materialize:
         return Maps(g, t)
 
 
+def walsh_hadamard(x: Tensor) -> Tensor:
+    """:math:`x H` for the unnormalized Walsh-Hadamard matrix :math:`H` (entries :math:`\\pm 1`)
+    of order P, a power of 2, in :math:`O(P \\log P)` per row. x: (n, P)."""
+    n, size = x.shape
+    h = 1
+    while h < size:
+        y = x.reshape(n, size // (2 * h), 2, h)
+        x = torch.stack((y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]), dim=2)
+        x = x.reshape(n, size)
+        h *= 2
+    return x
+
+
+@dataclass(frozen=True)
+class SRHT:
+    """Rows of a subsampled randomized Hadamard transform: :math:`r_i \\cdot a = (H (s \\odot
+    a))_{p_i}` with random signs :math:`s` (length P, a power of 2 at least the input
+    dimension) and uniform rows :math:`p_i`. Each row has entries :math:`\\pm 1`, so
+    :math:`E[(r_i \\cdot a)(r_i \\cdot a')] = \\langle a, a' \\rangle`; one factor of the
+    TensorSRHT of Ahle et al. (2020) and Zandieh et al. (2021)."""
+
+    signs: Tensor
+    rows: Tensor
+
+    def __call__(self, a: Tensor) -> Tensor:
+        """Shape (n, m) from a of shape (n, d <= P)."""
+        d = a.shape[1]
+        x = a.new_zeros(a.shape[0], self.signs.numel())
+        x[:, :d] = a * self.signs[:d]
+        return walsh_hadamard(x)[:, self.rows]
+
+
 @dataclass(frozen=True)
 class Act:
     """An activation's random features from the (unmaterialized) output of ``lin``.
@@ -193,6 +227,7 @@ class Act:
     b_in: Tensor
     r_t: Tensor | None
     from_layer: bool
+    srht: SRHT | None = None
 
     def apply(self, maps: Maps, ntk: bool) -> Maps:
         u = self.lin.apply(maps.g, self.w_in)
@@ -201,11 +236,19 @@ class Act:
         if not ntk:
             return Maps(g, None)
         u0 = u[:, self.m : self.m + self.m_t]
+        t = self._project_t(maps, u, u0) * self.dphi(u0) * (1.0 / math.sqrt(self.m_t))
+        return Maps(g, t)
+
+    def _project_t(self, maps: Maps, u: Tensor, u0: Tensor) -> Tensor:
+        """:math:`R\\, t'`: sampled Hadamard rows of the materialized :math:`t'` (flat), or
+        Gaussian filters over the stacked patches (images)."""
+        if self.srht is not None:
+            tp = Materialize(self.lin).apply(maps, True).t if self.from_layer else maps.t
+            return torch.zeros_like(u0) if tp is None else self.srht(tp)
         proj = u[:, self.m + self.m_t :] if self.from_layer else torch.zeros_like(u0)
         if maps.t is not None and self.r_t is not None:
             proj = proj + self.lin.apply(maps.t, self.r_t)
-        t = proj * self.dphi(u0) * (1.0 / math.sqrt(self.m_t))
-        return Maps(g, t)
+        return proj
 
 
 @dataclass(frozen=True)
@@ -331,18 +374,27 @@ class _Walk:
 
 
 def _act_step(walk: _Walk, layer: Activation, m: int, m_t: int, ntk: bool, draw: Draw) -> Act:
+    """The activation's draws: Gaussian :math:`W, W_0`; :math:`R` as sampled Hadamard rows
+    on flat representations (TensorSRHT), as Gaussian filters on images."""
     from_layer = walk.pending is not None
     lin = walk.pending or identity_source(len(walk.spatial))
-    rows = m + (2 * m_t if from_layer else m_t) if ntk else m
+    hadamard = ntk and not lin.filt
+    rows = m + (2 * m_t if from_layer and not hadamard else m_t) if ntk else m
     w_in = draw((rows, walk.cg, *lin.filt))
     b_in = draw((rows,))
-    r_t = draw((m_t, walk.ct, *lin.filt)) if ntk and walk.ct else None
+    r_t = draw((m_t, walk.ct, *lin.filt)) if ntk and walk.ct and not hadamard else None
+    srht = None
+    if hadamard:
+        dim = (walk.cg + (lin.b is not None) if from_layer else 0) + walk.ct
+        size = 1 << max(0, dim - 1).bit_length()  # the next power of 2
+        srht = SRHT(torch.sign(draw((size,))), uniform_index(draw((m_t,)), size))
+        walk.note(4 * size)
     phi, dphi = _activation_maps(layer)
     walk.note((walk.cg + walk.ct) * max(1, lin.size) + 2 * rows)
     if lin.filt:
         walk.spatial = lin.out_shape(walk.spatial)
     walk.cg, walk.ct, walk.pending = m, (m_t if ntk else 0), None
-    return Act(lin, phi, dphi, m, m_t, w_in, b_in, r_t, from_layer)
+    return Act(lin, phi, dphi, m, m_t, w_in, b_in, r_t, from_layer, srht)
 
 
 def plan_features(
@@ -403,10 +455,15 @@ def draw_count_sketch(dim: int, width: int, draw: Draw) -> tuple[Tensor, Tensor]
     the sign from the other's sign)."""
     u = draw((dim,))
     v = draw((dim,))
+    return uniform_index(u, width), torch.sign(v)
+
+
+def uniform_index(u: Tensor, size: int) -> Tensor:
+    """Uniform integers in ``[0, size)`` from standard Gaussian draws ``u`` (their normal CDF
+    is uniform)."""
     if u.numel() == 0:
-        return u.long(), v
-    buckets = (0.5 * (1 + torch.erf(u / math.sqrt(2))) * width).long().clamp_(0, width - 1)
-    return buckets, torch.sign(v)
+        return u.long()
+    return (0.5 * (1 + torch.erf(u / math.sqrt(2))) * size).long().clamp_(0, size - 1)
 
 
 def choose_widths(
