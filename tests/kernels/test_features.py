@@ -197,6 +197,8 @@ def test_bad_arguments() -> None:
         arch.features(x, 0)
     with pytest.raises(NtklabTypeError, match="seed"):
         arch.features(x, 8, seed="a")  # type: ignore[arg-type]
+    with pytest.raises(NtklabValueError, match="seed"):
+        arch.features(x, 8, seed=2**70)
     with pytest.raises(NtklabValueError, match="get"):
         arch.features(x, 8, get="both")  # type: ignore[arg-type]
     with pytest.raises(NtklabValueError, match="num_features: expected at least"):

@@ -80,6 +80,9 @@ __all__ = ["kernel_features"]
 
 Get = Literal["ntk", "nngp"]
 Draw = Callable[[tuple[int, ...]], Tensor]
+"""Standard Gaussian draws of a shape, in float64 on the CPU (the same on every device)."""
+Place = Callable[[Tensor], Tensor]
+"""Moves a tensor to the inputs' device (and floating tensors to their dtype)."""
 
 SUPPORTED = (
     "Dense and Conv (NTK parameterization), activations (Relu, Erf, Gelu, Elementwise, ...), "
@@ -308,6 +311,10 @@ def _no_draw(shape: tuple[int, ...]) -> Tensor:
     return torch.empty(0)
 
 
+def _stay(x: Tensor) -> Tensor:
+    return x
+
+
 def _relu_derivative(x: Tensor) -> Tensor:
     return (x > 0).to(x.dtype)
 
@@ -373,21 +380,24 @@ class _Walk:
         self.steps.append(Materialize(lin))
 
 
-def _act_step(walk: _Walk, layer: Activation, m: int, m_t: int, ntk: bool, draw: Draw) -> Act:
+def _act_step(
+    walk: _Walk, layer: Activation, m: int, m_t: int, ntk: bool, draw: Draw, place: Place
+) -> Act:
     """The activation's draws: Gaussian :math:`W, W_0`; :math:`R` as sampled Hadamard rows
     on flat representations (TensorSRHT), as Gaussian filters on images."""
     from_layer = walk.pending is not None
     lin = walk.pending or identity_source(len(walk.spatial))
     hadamard = ntk and not lin.filt
     rows = m + (2 * m_t if from_layer and not hadamard else m_t) if ntk else m
-    w_in = draw((rows, walk.cg, *lin.filt))
-    b_in = draw((rows,))
-    r_t = draw((m_t, walk.ct, *lin.filt)) if ntk and walk.ct and not hadamard else None
+    w_in = place(draw((rows, walk.cg, *lin.filt)))
+    b_in = place(draw((rows,)))
+    r_t = place(draw((m_t, walk.ct, *lin.filt))) if ntk and walk.ct and not hadamard else None
     srht = None
     if hadamard:
         dim = (walk.cg + (lin.b is not None) if from_layer else 0) + walk.ct
         size = 1 << max(0, dim - 1).bit_length()  # the next power of 2
-        srht = SRHT(torch.sign(draw((size,))), uniform_index(draw((m_t,)), size))
+        signs = place(torch.sign(draw((size,))))
+        srht = SRHT(signs, place(uniform_index(draw((m_t,)), size)))
         walk.note(4 * size)
     phi, dphi = _activation_maps(layer)
     walk.note((walk.cg + walk.ct) * max(1, lin.size) + 2 * rows)
@@ -404,10 +414,11 @@ def plan_features(
     m_t: int,
     ntk: bool,
     draw: Draw = _no_draw,
+    place: Place = _stay,
 ) -> Plan:
     """The steps of the featurization of inputs of shape ``(n, *in_shape)`` with ``m`` NNGP
-    and ``m_t`` NTK features per activation and Flatten, drawing with ``draw`` (the default
-    draws nothing: shapes only)."""
+    and ``m_t`` NTK features per activation and Flatten, drawing with ``draw`` and moving the
+    draws with ``place`` (the default draws nothing: shapes only)."""
     walk = _Walk(in_shape[0], 0, tuple(in_shape[1:]), None, [])
     walk.note(in_shape[0])
     for i, layer in enumerate(layers):
@@ -415,7 +426,7 @@ def plan_features(
             walk.materialize(ntk)
             walk.pending = _linear_of(layer, i, walk.spatial)
         elif isinstance(layer, Activation):
-            walk.steps.append(_act_step(walk, layer, m, m_t, ntk, draw))
+            walk.steps.append(_act_step(walk, layer, m, m_t, ntk, draw, place))
         elif isinstance(layer, GlobalAvgPool | AvgPool):
             walk.materialize(ntk)
             if isinstance(layer, GlobalAvgPool):
@@ -433,7 +444,8 @@ def plan_features(
                 size = math.prod(walk.spatial)
                 bg, sg = draw_count_sketch(walk.cg * size, m, draw)
                 bt, st = draw_count_sketch(walk.ct * size, m_t, draw) if walk.ct else (None, None)
-                walk.steps.append(Sketch(bg, sg, m, bt, st, m_t))
+                bt, st = (None, None) if bt is None or st is None else (place(bt), place(st))
+                walk.steps.append(Sketch(place(bg), place(sg), m, bt, st, m_t))
                 walk.cg, walk.ct, walk.spatial = m, (m_t if walk.ct else 0), ()
         else:
             raise NtklabValueError(
@@ -522,7 +534,8 @@ def kernel_features(
     block_size : int, optional
         Rows featurized at once (default: as many as fit ``max_memory``).
     max_memory : int, optional
-        Bytes for one block (default: the policy of :mod:`ntklab.memory`).
+        Bytes for one block (default: the policy of :mod:`ntklab.memory`). The random draws
+        are held besides: :math:`O(F^2 |f|)` numbers (a few times F x F per activation).
 
     Returns
     -------
@@ -545,6 +558,8 @@ def kernel_features(
     check_positive_int("num_features", num_features)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise NtklabTypeError(f"seed: expected an int, got {type(seed).__name__}")
+    if not -(2**63) <= seed < 2**64:
+        raise NtklabValueError(f"seed: expected an int in [-2**63, 2**64), got {seed}")
     if block_size is not None:
         check_positive_int("block_size", block_size)
     if any(layer.spatial_layer for layer in layers):
@@ -557,9 +572,12 @@ def kernel_features(
     gen = torch.Generator().manual_seed(seed)
 
     def draw(shape: tuple[int, ...]) -> Tensor:
-        return torch.randn(shape, generator=gen, dtype=torch.float64).to(a.device, a.dtype)
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
 
-    plan = plan_features(layers, in_shape, m, m_t, ntk, draw)
+    def place(t: Tensor) -> Tensor:
+        return t.to(a.device, a.dtype) if t.is_floating_point() else t.to(a.device)
+
+    plan = plan_features(layers, in_shape, m, m_t, ntk, draw, place)
     rows = _block_rows(a, plan, block_size, max_memory)
     out = a.new_zeros(a.shape[0], num_features)
     for start in range(0, a.shape[0], rows):
