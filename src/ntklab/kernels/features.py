@@ -215,10 +215,12 @@ class SRHT:
 class Act:
     """An activation's random features from the (unmaterialized) output of ``lin``.
 
-    ``w_in`` stacks the projections of ``g``: :math:`W` (``m`` rows), then for the NTK
-    :math:`W_0` and, when ``lin`` is a layer (``from_layer``: :math:`t' = [g', \\sigma_w t]`),
-    the ``g`` part of :math:`R` (``m_t`` rows each); ``b_in`` their bias weights; ``r_t``
-    the ``t`` part of :math:`R` (None without incoming NTK features).
+    ``w_in`` stacks the Gaussian projections of ``g``: :math:`W` (``m`` rows), then for the
+    NTK :math:`W_0` (``m_t`` rows) and, on images when ``lin`` is a layer (``from_layer``:
+    :math:`t' = [g', \\sigma_w t]`), the ``g`` part of :math:`R` (``m_t`` rows); ``b_in``
+    their bias weights; ``r_t`` the ``t`` part of :math:`R` on images (None without
+    incoming NTK features). On flat representations ``srht`` is :math:`R` instead, applied
+    to the materialized :math:`t'`.
     """
 
     lin: Linear
