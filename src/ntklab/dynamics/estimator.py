@@ -20,8 +20,10 @@ from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
 from sklearn.utils.validation import check_array
 from torch import Tensor
 
+from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
-from .function_space import EnsembleDynamics, Gaussian, ensemble_dynamics
+from .feature_space import FeatureDynamics, feature_dynamics
+from .function_space import EnsembleDynamics, Gaussian, _make_schedule, ensemble_dynamics
 
 try:
     from sklearn.utils.validation import validate_data as _validate_data
@@ -88,6 +90,14 @@ def _check_tensor(name: str, t: Tensor, *, two_d: bool) -> None:
         raise NtklabValueError(f"{name}: Input {name} contains NaN or infinity.")
 
 
+def _feature_seed(state: object) -> int:
+    """The seed of the random features: ``random_state`` itself, a draw from a generator,
+    or 0 for None."""
+    if isinstance(state, torch.Generator):
+        return int(torch.randint(0, 2**62, (1,), generator=state))
+    return 0 if state is None else int(state)  # type: ignore[call-overload]
+
+
 class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """Regression with the infinite-width kernels of an architecture, trained to time ``t``.
 
@@ -111,14 +121,21 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     dtype : None, "float32", "float64", or the numpy or torch dtype
         Working precision (None: float64). Inputs of any real dtype are converted to it.
     random_state : int, torch.Generator or None
-        Seeds :meth:`sample_y` (draws of finite-time ensemble members' outputs).
+        Seeds :meth:`sample_y` (draws of finite-time ensemble members' outputs), and the
+        random features when ``num_features`` is set (None: seed 0).
+    num_features : int or None
+        None: the exact kernel. An int: regression in the space of that many random features
+        of the kernel (:meth:`ntklab.kernels.engine.Architecture.features`, Zandieh et al.
+        2021), :math:`O(n F^2)` instead of :math:`O(n^3)`; the architecture must be an ntklab
+        architecture, and only the mean prediction is available
+        (:class:`~ntklab.dynamics.feature_space.FeatureDynamics`).
 
     Attributes
     ----------
     X_train_ : Tensor of shape (n, d)
     y_train_ : Tensor of shape (n, k)
     n_features_in_ : int
-    dynamics_ : EnsembleDynamics
+    dynamics_ : EnsembleDynamics, or FeatureDynamics with ``num_features``
 
     Notes
     -----
@@ -152,6 +169,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         normalization: str = "mean",
         dtype: Any = None,
         random_state: int | torch.Generator | None = None,
+        num_features: int | None = None,
     ) -> None:
         self.architecture = architecture
         self.kernel = kernel
@@ -163,6 +181,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self.normalization = normalization
         self.dtype = dtype
         self.random_state = random_state
+        self.num_features = num_features
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -234,6 +253,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         if self.kernel not in ("ntk", "nngp"):
             raise NtklabValueError(f"kernel: expected 'ntk' or 'nngp', got {self.kernel!r}")
         _working_dtype(self.dtype)
+        if self.num_features is not None:
+            check_positive_int("num_features", self.num_features)
 
     # ---------------------------------------------------------------------- fit / predict
     def fit(self, X: Any, y: Any) -> KernelRegressor:
@@ -252,7 +273,9 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self._check_params()
         x, _ = self._check_X(X, reset=True)
         targets = self._check_y(y, x)
-        self.dynamics_: EnsembleDynamics = ensemble_dynamics(
+        if self.num_features is not None:
+            return self._fit_features(x, targets)
+        self.dynamics_: EnsembleDynamics | FeatureDynamics = ensemble_dynamics(
             self.architecture,
             x,
             targets,
@@ -261,6 +284,25 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             ridge_relative=self.ridge_relative,
             schedule=self.schedule,
             normalization=self.normalization,
+        )
+        self.X_train_ = x
+        self.y_train_ = self.dynamics_.y_train
+        return self
+
+    def _fit_features(self, x: Tensor, targets: Tensor) -> KernelRegressor:
+        """``fit`` with ``num_features`` set: ridge regression in feature space."""
+        schedule = _make_schedule(
+            self.schedule, self.learning_rate, self.normalization, targets.numel()
+        )
+        self.dynamics_ = feature_dynamics(
+            self.architecture,
+            x,
+            targets,
+            schedule,
+            num_features=self.num_features,  # type: ignore[arg-type]  # checked: an int
+            seed=_feature_seed(self.random_state),
+            ridge=self.ridge,
+            ridge_relative=self.ridge_relative,
         )
         self.X_train_ = x
         self.y_train_ = self.dynamics_.y_train

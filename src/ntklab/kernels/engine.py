@@ -681,6 +681,43 @@ class Architecture:
                 ntk = torch.diagonal_scatter(ntk, diag_ntk)
         return Kernel(nngp=nngp, ntk=ntk, var1=diag1.cov, var2=diag2.cov)
 
+    def features(
+        self,
+        x: Tensor,
+        num_features: int,
+        *,
+        seed: int = 0,
+        get: Literal["ntk", "nngp"] = "ntk",
+        block_size: int | None = None,
+        max_memory: int | None = None,
+    ) -> Tensor:
+        """Random features :math:`\\Phi` of shape (n, num_features) with
+        :math:`\\Phi(x_1)\\Phi(x_2)^T \\approx` ``kernel(x1, x2).ntk`` (or ``.nngp``).
+
+        The NTK random features and sketches of Zandieh et al. (2021, arXiv:2106.07880),
+        computed in blocks of rows; the same ``seed`` gives the same feature map, so inputs
+        can be featurized separately. See :func:`ntklab.kernels.features.kernel_features`
+        for the parameters, the construction and what is supported.
+
+        Examples
+        --------
+        >>> import torch, ntklab as nl
+        >>> arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense())
+        >>> arch.features(torch.randn(4, 3, dtype=torch.float64), 64, seed=0).shape
+        torch.Size([4, 64])
+        """
+        from .features import kernel_features
+
+        return kernel_features(
+            self.layers,
+            x,
+            num_features,
+            seed=seed,
+            get=get,
+            block_size=block_size,
+            max_memory=max_memory,
+        )
+
     def to_torch(
         self,
         width: int = 1024,

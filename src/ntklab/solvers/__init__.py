@@ -11,6 +11,7 @@ from .dense import (
     symmetrize,
 )
 from .eigen import EigenPairs, flow_predict, top_eigenpairs
+from .low_rank import FeatureOperator, pseudo_inverse_values
 from .nystrom import NystromFit, falkon, rpcholesky_centres, select_centres
 from .operator import (
     ArchitectureKernel,
@@ -32,6 +33,7 @@ __all__ = [
     "DenseOperator",
     "EigenPairs",
     "Eigh",
+    "FeatureOperator",
     "KernelOperator",
     "LinearOperator",
     "NystromFit",
@@ -46,6 +48,7 @@ __all__ = [
     "operator_columns",
     "predict",
     "psd_eigh",
+    "pseudo_inverse_values",
     "rpcholesky_centres",
     "select_centres",
     "solve",
