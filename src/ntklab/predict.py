@@ -30,15 +30,15 @@ from .dynamics.descent import Schedule, critical_learning_rate, loss_normalizer
 from .dynamics.function_space import (
     Gaussian,
     KernelFn,
+    _initial,
+    _test_train,
     as_targets,
     ensemble_dynamics,
     gaussian_at,
     linearized_dynamics,
 )
-from .dynamics.function_space import _initial, _test_train
 from .dynamics.loss_flow import Loss, loss_flow
-from .dynamics.train_kernel import as_times
-from .dynamics.train_kernel import TrainKernel, ridge_value
+from .dynamics.train_kernel import TrainKernel, as_times, ridge_value
 from .errors import NtklabTypeError, NtklabValueError
 from .solvers.dense import check_symmetric
 

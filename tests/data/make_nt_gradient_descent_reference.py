@@ -31,8 +31,8 @@ os.environ.setdefault("JAX_ENABLE_X64", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 

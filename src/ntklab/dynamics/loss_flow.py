@@ -41,7 +41,7 @@ from ..solvers.dense import check_symmetric
 from .function_space import as_targets
 from .ode import dopri5
 
-__all__ = ["LossFlow", "Loss", "loss_flow"]
+__all__ = ["Loss", "LossFlow", "loss_flow"]
 
 Loss = Callable[[Tensor, Tensor], Tensor]
 _F64 = torch.float64
@@ -124,16 +124,14 @@ class LossFlow:
         def velocity(f: Tensor) -> Tensor:
             return -(k_all @ self.loss_gradient(f[:n]))
 
-        if self.momentum is None:
-            fun = velocity
-            state0 = f0
-        else:
+        def with_momentum(state: Tensor) -> Tensor:
+            f, q = state[:rows], state[rows:]
+            return torch.cat([q, velocity(f) + friction * q])
 
-            def fun(state: Tensor) -> Tensor:
-                f, q = state[:rows], state[rows:]
-                return torch.cat([q, velocity(f) + friction * q])
-
-            state0 = torch.cat([f0, torch.zeros_like(f0)])
+        fun: Callable[[Tensor], Tensor] = velocity
+        state0 = f0
+        if self.momentum is not None:
+            fun, state0 = with_momentum, torch.cat([f0, torch.zeros_like(f0)])
         out = dopri5(
             fun,
             state0,
