@@ -12,6 +12,9 @@ kernels (tests/data/nt_reference_kernels.json). Their conventions:
   ``diag_reg_absolute_scale=True``;
 - kernels are ``(n1, n2)`` matrices shared by every output (neural-tangents' ``trace_axes=(-1,)``).
 
+:func:`gradient_descent` takes any differentiable loss in place of the squared one and solves
+its flow as an ODE (adaptive RK45): the same ``t`` and ``learning_rate``, but finite times only.
+
 ntklab's own front door, with discrete gradient descent and the "sum" normalization as well,
 is :mod:`ntklab.dynamics`; these functions are thin wrappers over it.
 """
