@@ -12,6 +12,9 @@ kernels (tests/data/nt_reference_kernels.json). Their conventions:
   ``diag_reg_absolute_scale=True``;
 - kernels are ``(n1, n2)`` matrices shared by every output (neural-tangents' ``trace_axes=(-1,)``).
 
+:func:`gradient_descent` takes any differentiable loss in place of the squared one and solves
+its flow as an ODE (adaptive RK45): the same ``t`` and ``learning_rate``, but finite times only.
+
 ntklab's own front door, with discrete gradient descent and the "sum" normalization as well,
 is :mod:`ntklab.dynamics`; these functions are thin wrappers over it.
 """
@@ -30,12 +33,15 @@ from .dynamics.descent import Schedule, critical_learning_rate, loss_normalizer
 from .dynamics.function_space import (
     Gaussian,
     KernelFn,
+    _initial,
+    _test_train,
     as_targets,
     ensemble_dynamics,
     gaussian_at,
     linearized_dynamics,
 )
-from .dynamics.train_kernel import TrainKernel, ridge_value
+from .dynamics.loss_flow import Loss, loss_flow
+from .dynamics.train_kernel import TrainKernel, as_times, ridge_value
 from .errors import NtklabTypeError, NtklabValueError
 from .solvers.dense import check_symmetric
 
@@ -43,6 +49,7 @@ __all__ = [
     "Gaussian",
     "Gaussians",
     "gp_inference",
+    "gradient_descent",
     "gradient_descent_mse",
     "gradient_descent_mse_ensemble",
     "max_learning_rate",
@@ -150,6 +157,124 @@ def gradient_descent_mse(
         f0 = 0.0 if fx_train_0 is None else fx_train_0
         test = dyn.test(t, cast(Tensor, k_test_train), f0, fx_test_0)
         return test if train is None else (train, test)
+
+    return predict_fn
+
+
+def gradient_descent(
+    loss: Loss,
+    k_train_train: Tensor,
+    y_train: Tensor,
+    learning_rate: float = 1.0,
+    momentum: float | None = None,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 100_000,
+) -> Callable[..., Any]:
+    """Outputs of a linearized network trained by gradient descent on any loss, at any time.
+
+    Solves :math:`\\dot f_t(X) = -\\eta\\, \\Theta_{XX} \\nabla_f L(f_t(X), Y)` and
+    :math:`\\dot f_t(x) = -\\eta\\, \\Theta_{xX} \\nabla_f L(f_t(X), Y)` (Lee et al.
+    arXiv:1902.06720) with an adaptive RK45 (Dormand-Prince) solver in float64, as
+    neural-tangents' ``predict.gradient_descent``; with ``loss = lambda f, y: 0.5 *
+    ((f - y) ** 2).mean()`` it is :func:`gradient_descent_mse` (which is in closed form).
+    See :mod:`ntklab.dynamics.loss_flow` for momentum.
+
+    Parameters
+    ----------
+    loss : callable ``loss(fx, y) -> scalar Tensor``
+        Differentiable in ``fx`` (torch.autograd); ``fx`` and ``y`` have the shape of
+        ``y_train`` (float64). It should treat examples and outputs symmetrically, e.g. the
+        cross-entropy ``-(y * fx.log_softmax(-1)).mean()``.
+    k_train_train : Tensor of shape (n, n)
+        NTK on the training inputs, shared by every output.
+    y_train : Tensor of shape (n, k) or (n,)
+    learning_rate : float
+        :math:`\\eta`. Without momentum the flow time is ``learning_rate * t``; with momentum it
+        is ``sqrt(learning_rate) * t`` (neural-tangents' units).
+    momentum : float in [0, 1], optional
+        Heavy-ball momentum; None is plain gradient descent.
+    rtol, atol : float
+        The solver's relative and absolute tolerances on the outputs (keyword only; the
+        defaults match the closed form of the squared loss to about 1e-9).
+    max_steps : int
+        The solver's step budget; more raises (the ODE is stiff at that horizon).
+
+    Returns
+    -------
+    predict_fn(t, fx_train_0=0.0, fx_test_0=None, k_test_train=None)
+        As :func:`gradient_descent_mse`'s: ``fx_train_t``, ``(fx_train_t, fx_test_t)`` when
+        ``fx_test_0`` is given, or ``fx_test_t`` alone when ``fx_train_0`` is None, with
+        leading axes ``t.shape``, in ``k_train_train``'s dtype. ``t`` (steps, any order, >= 0)
+        must be finite: a general loss need not converge (cross-entropy never does).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from ntklab import predict
+    >>> k = torch.eye(3, dtype=torch.float64)
+    >>> y = torch.ones(3, 1, dtype=torch.float64)
+    >>> mse = lambda f, y: 0.5 * ((f - y) ** 2).mean()
+    >>> fn = predict.gradient_descent(mse, k, y)
+    >>> round(fn(t=3.0)[0, 0].item(), 9)  # 1 - exp(-3 / 3), as gradient_descent_mse
+    0.632120559
+    """
+    flow = loss_flow(
+        loss,
+        k_train_train,
+        y_train,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+    )
+    out_dtype = k_train_train.dtype
+    n, k = flow.y_train.shape
+
+    def predict_fn(
+        t: Any = None,
+        fx_train_0: Any = 0.0,
+        fx_test_0: Any = None,
+        k_test_train: Tensor | None = None,
+    ) -> Any:
+        if fx_train_0 is None and fx_test_0 is None:
+            raise NtklabValueError(
+                "fx_train_0, fx_test_0: expected at least one initial output, got None for both"
+            )
+        if fx_test_0 is not None and k_test_train is None:
+            raise NtklabValueError(
+                "k_test_train: expected the test-train kernel (m, n) since fx_test_0 is given, "
+                "got None"
+            )
+        if t is None:
+            raise NtklabValueError(
+                "t: expected finite times >= 0, got None (infinity): the flow of a general "
+                "loss need not converge; use gradient_descent_mse for the squared loss"
+            )
+        like = flow.kernel
+        times, t_shape = as_times(t, like=like)
+        if not bool(torch.isfinite(times).all()) or bool((times < 0).any()):
+            bad = times[~(torch.isfinite(times) & (times >= 0))][:3].tolist()
+            raise NtklabValueError(f"t: expected finite times >= 0, got {bad}")
+        f0 = _initial(0.0 if fx_train_0 is None else fx_train_0, (n, k), like, "fx_train_0")
+        ktd = like.new_zeros((0, n))
+        ft0 = None
+        if fx_test_0 is not None:
+            ktd = _test_train(k_test_train, None, n, like, "k_test_train")
+            ft0 = _initial(fx_test_0, (int(ktd.shape[0]), k), like, "fx_test_0")
+        # Solve at the distinct times in increasing order, then restore the caller's order.
+        uniq, inverse = torch.unique(times, sorted=True, return_inverse=True)
+        train, test = flow.solve(uniq, f0, ft0, ktd)
+
+        def shaped(x: Tensor) -> Tensor:
+            x = x[inverse].reshape(*t_shape, *x.shape[1:]).to(out_dtype)
+            return x[..., 0] if flow.vector else x
+
+        if fx_test_0 is None:
+            return shaped(train)
+        return shaped(test) if fx_train_0 is None else (shaped(train), shaped(test))
 
     return predict_fn
 

@@ -15,6 +15,7 @@ import pytest
         "ntklab.dynamics.function_space",
         "ntklab.dynamics.inference",
         "ntklab.dynamics.linearize",
+        "ntklab.dynamics.taylor",
         "ntklab.dynamics.estimator",
         "ntklab.dynamics.early_stopping",
     ],

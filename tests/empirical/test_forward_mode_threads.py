@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ntklab.dynamics import linearize
+from ntklab.dynamics import linearize, taylor_expand
 from ntklab.empirical import ntk, ntk_operator
 
 
@@ -70,3 +70,13 @@ def test_linearized_forward_in_threads() -> None:
     x = torch.randn(8, 5, dtype=torch.float64)
     _in_threads(lambda: lin(x).detach())
     torch.testing.assert_close(lin(x), model(x))  # at theta0 the linearization is the model
+
+
+def test_taylor_expansion_forward_in_threads() -> None:
+    model = _model()
+    cubic = taylor_expand(model, 3)
+    with torch.no_grad():
+        for p in cubic.parameters():
+            p.add_(0.1)
+    x = torch.randn(8, 5, dtype=torch.float64)
+    _in_threads(lambda: cubic(x).detach(), repeats=5)

@@ -1,6 +1,7 @@
 """Closed-form training dynamics: gradient flow and descent at any time, for one linearized
 network and for the Gaussian process of an ensemble; kernel ridge regression, GP posteriors,
-linearized models, and a scikit-learn estimator (``KernelRegressor``, imported on first use)."""
+linearized and Taylor-expanded models, the flow of any loss in function space (ODE), and a
+scikit-learn estimator (``KernelRegressor``, imported on first use)."""
 
 from typing import Any
 
@@ -20,6 +21,7 @@ from .function_space import (
 from .inference import RidgeSelection, gp_posterior, kernel_ridge_regression, select_ridge_loo
 from .linearize import LinearizedModel, linearize
 from .model_selection import ValidationRidgeSelection, select_ridge_validation, validation_split
+from .taylor import TaylorModel, taylor_expand
 
 __all__ = [
     "EnsembleDynamics",
@@ -30,6 +32,7 @@ __all__ = [
     "Normalization",
     "RidgeSelection",
     "Schedule",
+    "TaylorModel",
     "ValidationRidgeSelection",
     "critical_learning_rate",
     "early_stopping_time",
@@ -43,6 +46,7 @@ __all__ = [
     "loss_normalizer",
     "select_ridge_loo",
     "select_ridge_validation",
+    "taylor_expand",
     "validation_split",
 ]
 

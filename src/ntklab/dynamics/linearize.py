@@ -14,6 +14,7 @@ the tangent, so any torch optimizer trains the model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -22,19 +23,20 @@ from torch.func import functional_call, jvp
 from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabTypeError, NtklabValueError
 
-__all__ = ["LinearizedModel", "linearize"]
+__all__ = ["LinearizedModel", "ParameterExpansion", "linearize"]
 
 
 def _buffer_name(name: str) -> str:
     return "theta0__" + name.replace(".", "__")
 
 
-class LinearizedModel(nn.Module):
-    """A module computing :math:`f(\\theta_0) + J(\\theta_0)(\\theta - \\theta_0)`.
+class ParameterExpansion(nn.Module):
+    """A network expanded in its parameters around :math:`\\theta_0`: the storage shared by
+    :class:`LinearizedModel` and :class:`~ntklab.dynamics.taylor.TaylorModel`.
 
     Its parameters (same names and shapes as the wrapped model's, with dots replaced by
     ``"__"``) start at :math:`\\theta_0`; :math:`\\theta_0` and the wrapped model's buffers are
-    frozen copies. Build it with :func:`linearize`.
+    frozen copies.
 
     Attributes
     ----------
@@ -47,12 +49,12 @@ class LinearizedModel(nn.Module):
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise NtklabValueError(
-                "model: expected a module with trainable parameters to linearize, got none"
+                "model: expected a module with trainable parameters to expand, got none"
             )
         if any(isinstance(p, nn.parameter.UninitializedParameter) for _, p in named):
             raise NtklabValueError(
                 "model: expected initialized parameters, got a lazy module; call it once on an "
-                "input (or pass in_features to to_torch) before linearizing"
+                "input (or pass in_features to to_torch) before expanding it"
             )
         self.names: tuple[str, ...] = tuple(n for n, _ in named)
         # The wrapped model is kept out of the module tree: its own parameters are never used.
@@ -84,17 +86,34 @@ class LinearizedModel(nn.Module):
         """:math:`\\theta`, the trainable parameters, by the wrapped model's names."""
         return {n: self.params[n.replace(".", "__")] for n in self.names}
 
-    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
-        theta0 = self.theta0()
-        theta = self.theta()
-        tangents = {n: theta[n] - theta0[n] for n in self.names}
+    def displacement(self) -> dict[str, Tensor]:
+        """:math:`\\theta - \\theta_0` by the wrapped model's names (differentiable in
+        :math:`\\theta`)."""
+        theta0, theta = self.theta0(), self.theta()
+        return {n: theta[n] - theta0[n] for n in self.names}
+
+    def function(self, *args: Any, **kwargs: Any) -> Callable[[dict[str, Tensor]], Tensor]:
+        """The wrapped model on these inputs as a function of its parameters (by name), the
+        frozen parameters and buffers held at their copies."""
         fixed = {n: getattr(self, "fixed__" + n.replace(".", "__")) for n in self.fixed_names}
 
         def f(params: dict[str, Tensor]) -> Tensor:
             return functional_call(self.model, {**params, **fixed}, args, kwargs)  # type: ignore[no-any-return]
 
+        return f
+
+
+class LinearizedModel(ParameterExpansion):
+    """A module computing :math:`f(\\theta_0) + J(\\theta_0)(\\theta - \\theta_0)`.
+
+    See :class:`ParameterExpansion` for its parameters and buffers. Build it with
+    :func:`linearize`.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        f = self.function(*args, **kwargs)
         with FORWARD_MODE_LOCK:  # forward-mode AD levels are process-wide in torch
-            out, dout = jvp(f, (theta0,), (tangents,))[:2]
+            out, dout = jvp(f, (self.theta0(),), (self.displacement(),))[:2]
         return out + dout  # type: ignore[no-any-return]
 
 
