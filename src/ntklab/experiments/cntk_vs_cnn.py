@@ -526,6 +526,7 @@ EXPERIMENT = register(
             " needs fast conv kernels and a GPU"
         ),
         config_type=CntkVsCnnConfig,
+        dtype_field="kernel_dtype",
         scales={
             "tiny": {"n_train": 40, "n_test": 40, "depth": 2, "cnn_width": 16, "cnn_t": 5},
             "quick": {},

@@ -681,6 +681,7 @@ EXPERIMENT = register(
             "over an hour on a shared 2-core machine)"
         ),
         config_type=GpConvergenceConfig,
+        dtype_field="train_dtype",
         scales={
             "tiny": {
                 "activations": ("tanh",),

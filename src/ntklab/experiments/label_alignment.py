@@ -732,6 +732,7 @@ EXPERIMENT = register(
         ),
         dataset="scikit-learn digits (8x8)",
         config_type=LabelAlignmentConfig,
+        dtype_field="net_dtype",
         scales={
             "tiny": {
                 "n_train": 120,

@@ -514,6 +514,7 @@ EXPERIMENT = register(
         headline=("ntk_kernel_change_slope", "linearization_rmse_slope", "mup_kernel_change_slope"),
         dataset="synthetic: random points on S^{d-1}, teacher targets",
         config_type=LazyTrainingConfig,
+        dtype_field="net_dtype",
         scales={
             "tiny": {
                 "widths": (32, 64, 128),
