@@ -163,3 +163,22 @@ def test_test_images_of_another_spatial_shape_are_refused() -> None:
         model.predict(other)
     with pytest.raises(NtklabValueError, match=r"X: expected inputs of shape \(m, 2, 5, 5\)"):
         model.predict(other.numpy())
+
+
+def test_cross_validation_on_numpy_images_scores_the_dense_solve() -> None:
+    """scikit-learn's model selection slices image arrays along the first axis: the score of
+    the first fold is the R^2 of the dense ridge solve on the other two."""
+    from sklearn.model_selection import KFold, cross_val_score
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 2, 5, 5))
+    y = x.mean(axis=(1, 2, 3)) + 0.1 * rng.normal(size=12)
+    scores = cross_val_score(KernelRegressor(CNN2, ridge=0.1), x, y, cv=KFold(3))
+    test, train = slice(0, 4), slice(4, 12)
+    xt, xf = torch.from_numpy(x[test]), torch.from_numpy(x[train])
+    k = CNN2.kernel(xf).ntk
+    reg = k + 0.1 * k.diagonal().mean() * torch.eye(8, dtype=F64)
+    pred = CNN2.kernel(xt, xf).ntk @ torch.linalg.solve(reg, torch.from_numpy(y[train]))
+    yt = torch.from_numpy(y[test])
+    r2 = 1 - float(((yt - pred) ** 2).sum() / ((yt - yt.mean()) ** 2).sum())
+    assert scores[0] == pytest.approx(r2, rel=1e-9)
