@@ -180,3 +180,10 @@ def test_tiny_ntk_concentration_in_float32_computes_and_records_float32(tmp_path
     arrays = np.load(run_dir / "arrays.npz")
     assert arrays["ntk_sup_erf_depth2"].dtype == np.float32  # the sup distances ran in float32
     assert np.isfinite(arrays["ntk_sup_erf_depth2"]).all()
+
+
+def test_show_says_where_an_experiment_runs() -> None:
+    placed = " ".join(invoke("show", "fake-placed").output.split())
+    assert "runs on: cpu, cuda, mps (--device); --dtype sets dtype" in placed
+    fixed = " ".join(invoke("show", "fake-fixed").output.split())
+    assert "runs on: cpu only; fixed precision float64" in fixed
