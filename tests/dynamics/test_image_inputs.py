@@ -163,6 +163,10 @@ def test_test_images_of_another_spatial_shape_are_refused() -> None:
         model.predict(other)
     with pytest.raises(NtklabValueError, match=r"X: expected inputs of shape \(m, 2, 5, 5\)"):
         model.predict(other.numpy())
+    # flat rows with as many entries as an image: refused too, also for a kernel function
+    flat = KernelRegressor(CNN2.kernel).fit(x, y)
+    with pytest.raises(NtklabValueError, match=r"X: expected inputs of shape \(m, 2, 5, 5\)"):
+        flat.predict(x.flatten(1).numpy())
 
 
 def test_cross_validation_on_numpy_images_scores_the_dense_solve() -> None:

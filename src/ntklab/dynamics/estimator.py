@@ -232,7 +232,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
                 del self.feature_names_in_
             return
         fitted = getattr(self, "input_shape_", (self.n_features_in_,))
-        if shape == fitted or features_checked:
+        if shape == fitted or (features_checked and len(fitted) == 1):
             return
         if len(shape) == 1 and len(fitted) == 1:
             raise NtklabValueError(
