@@ -91,6 +91,24 @@ ReuseAnyOption = Annotated[
 ScaleOption = Annotated[
     str, typer.Option("--scale", help="Scale: tiny (seconds), quick (minutes) or paper.")
 ]
+DeviceOption = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        help="Device to compute on: cpu, cuda, cuda:N or mps (checked before the run; "
+        "experiments that run on a GPU say so in `ntklab show NAME`).",
+    ),
+]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        metavar="float32|float64",
+        help="Precision of the experiment's networks or kernels (default: its config's; "
+        "float32 is the GPU-friendly choice). Refused by experiments with a fixed precision.",
+    ),
+]
 SchedulerOption = Annotated[
     str | None,
     typer.Option(
@@ -338,6 +356,7 @@ def show_command(
             style="dim",
         )
     )
+    console.print(Text("runs on: ", style="bold") + Text(_placement_text(experiment)))
     table = Table(title=f"Config keys ({config_type.__name__})", title_justify="left")
     table.add_column("key", style="bold", no_wrap=True)
     table.add_column("type")
@@ -369,6 +388,14 @@ def show_command(
         raise typer.Exit(1)
 
 
+def _placement_text(experiment: Experiment) -> str:
+    """Where and in which precision ``experiment`` runs (``--device``, ``--dtype``)."""
+    where = "cpu, cuda, mps (--device)" if experiment.uses_device else "cpu only"
+    if experiment.dtype_field is None:
+        return f"{where}; fixed precision {experiment.fixed_dtype}"
+    return f"{where}; --dtype sets {experiment.dtype_field}"
+
+
 def _write_run_report(result: RunResult) -> Path:
     """Write ``report.md`` and ``report.html`` of one run into its run folder."""
     from ntklab.report import write_report
@@ -395,6 +422,8 @@ def run_command(
     scheduler: SchedulerOption = None,
     workers: WorkersOption = None,
     commit_to: CommitOption = None,
+    device: DeviceOption = "cpu",
+    dtype: DtypeOption = None,
 ) -> None:
     """Run one experiment; print its verdict, metrics, run key and run folder, and write its
     report (report.html, report.md) in the run folder."""
@@ -404,12 +433,20 @@ def run_command(
         resolve_config,
         run_experiment,
     )
+    from ntklab.experiments.placement import check_dtype, dtype_overrides
+    from ntklab.experiments.runner import check_experiment_device
 
     try:
+        if dtype is not None:
+            check_dtype(dtype)
         overrides = parse_set_options(set_ or [])
+        dev = check_experiment_device(get_experiment(name), device)
         if scheduler is not None or workers is not None:
             if reuse_any:
                 _usage_error("--reuse-any: not available with --scheduler or --workers")
+            if dev.type != "cpu":
+                _usage_error("--device: only cpu with --scheduler or --workers")
+            overrides = dtype_overrides(get_experiment(name), dtype, overrides)
             resolve_config(get_experiment(name), scale, overrides)  # before any worker starts
             from ntklab.distributed import SweepTask, run_sweep
 
@@ -426,6 +463,8 @@ def run_command(
                     force=force,
                     progress=_progress_callback(progress, task),
                     reuse_any=reuse_any,
+                    device=str(dev),
+                    dtype=dtype,
                 )
     except NtklabError as exc:
         _usage_error(str(exc))
@@ -448,6 +487,7 @@ def run_command(
     for note in result.notes:
         console.print(Text(f"note: {note}", style="dim"))
     console.print(Text(f"run folder: {result.run_dir} ({_status(result)})"))
+    console.print(Text(f"device: {result.device}, dtype: {result.dtype or 'not recorded'}"))
     console.print(Text(_code_line(result)))
     if result.other_code:
         from ntklab.experiments.fingerprint import code_fingerprint

@@ -292,7 +292,8 @@ def gradient_descent_mse_ensemble(
     Parameters
     ----------
     kernel_fn : Architecture or callable ``(x1, x2) -> Kernel``
-    x_train : Tensor of shape (n, d)
+    x_train : Tensor of shape (n, d), or channels-first images (n, C, *S)
+        Whatever ``kernel_fn`` takes, as in :func:`ntklab.dynamics.ensemble_dynamics`.
     y_train : Tensor of shape (n, k)
     learning_rate, diag_reg, diag_reg_absolute_scale
         As in :func:`gradient_descent_mse`.

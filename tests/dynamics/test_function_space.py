@@ -237,7 +237,9 @@ def test_bad_inputs_are_named(arch, data) -> None:
     bad[0, 1] += 0.1
     with pytest.raises(NtklabValueError, match="k_train_train: expected a symmetric matrix"):
         linearized_dynamics(bad, y)
-    with pytest.raises(NtklabValueError, match="x_test: expected 4 features"):
+    with pytest.raises(
+        NtklabValueError, match=r"x_test: expected the feature dimension of x_train \(4\)"
+    ):
         ensemble_dynamics(arch, x, y).predict(1.0, torch.zeros(3, 5, dtype=F64))
     with pytest.raises(NtklabValueError, match="t: expected whole numbers"):
         linearized_dynamics(k, y, schedule="gd").train(1.5)

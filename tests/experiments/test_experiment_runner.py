@@ -31,6 +31,8 @@ from ntklab.experiments.fingerprint import CodeFingerprint, code_fingerprint, ru
 
 RESULT_KEYS = {
     "schema_version",
+    "device",
+    "dtype",
     "experiment",
     "claim_id",
     "claim",

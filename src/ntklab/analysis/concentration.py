@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ntklab._checks import check_inputs
+from ntklab._inputs import check_kernel_inputs
 from ntklab.empirical import functional_model, ntk
 from ntklab.empirical.monte_carlo import check_architecture, per_network_kernels
 from ntklab.errors import NtklabTypeError, NtklabValueError
@@ -104,8 +104,9 @@ def ntk_sup_distance(
     ----------
     arch : Architecture or Layer
         An architecture with at least one ``Dense`` layer.
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d), optional
+    x1 : Tensor of shape (n1, d), or channels-first images (n1, C, *S)
+        Whatever ``arch.kernel`` takes (:func:`ntklab._inputs.check_kernel_inputs`).
+    x2 : Tensor of shape (n2, ...) with the trailing shape of ``x1``, optional
         Defaults to ``x1``; the fixed set of pairs is the grid ``x1 x x2``.
     widths : int or sequence of ints
         Hidden widths :math:`m_w`.
@@ -144,7 +145,7 @@ def ntk_sup_distance(
     architecture = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
-    a, b = check_inputs(x1, x2)
+    a, b = check_kernel_inputs(architecture, x1, x2)
     sizes = _widths(widths)
     seeds = integer("n_seeds", n_seeds, 1)
     outputs = integer("out_features", out_features, 1)
@@ -168,14 +169,18 @@ def ntk_sup_distance(
     for w, width in enumerate(sizes):
 
         def draw(width: int = width) -> nn.Module:
-            return architecture.to_torch(
+            net = architecture.to_torch(
                 width,
                 outputs,
-                in_features=int(a.shape[1]),
+                in_features=int(a.shape[1]) if a.ndim == 2 else None,
                 generator=gen,
                 dtype=dtype,
                 device=a.device,
             )
+            if a.ndim > 2:  # the convolutions are lazy in their input channels: create them
+                with torch.no_grad():
+                    net(a[:1])
+            return net
 
         first = draw()
         fm = functional_model(first)

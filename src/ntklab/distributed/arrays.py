@@ -12,6 +12,7 @@ them into a zarr array on disk.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from ntklab._checks import check_inputs, check_positive_int
+from ntklab._checks import check_positive_int
+from ntklab._inputs import check_kernel_inputs
 from ntklab.errors import NtklabTypeError, NtklabValueError
 from ntklab.memory import format_bytes, resolve_max_memory
 
@@ -52,14 +54,18 @@ def _check_arch(arch: object) -> None:
         )
 
 
-def _tile_bytes(arch: Architecture, get: Get, chunk: int, d: int, dtype: torch.dtype) -> int:
-    """Bytes one ``chunk x chunk`` tile takes while it is computed: the kernel recursion's
-    scratch (:meth:`ntklab.solvers.ArchitectureKernel.block_bytes`: both kernels and four
-    temporaries) and the tile's host copy."""
+def _tile_bytes(
+    arch: Architecture, get: Get, chunk: int, shape: tuple[int, ...], dtype: torch.dtype
+) -> int:
+    """Bytes one ``chunk x chunk`` tile takes while it is computed on inputs of shape
+    ``shape`` each (``(d,)`` or ``(C, *S)``): the kernel recursion's scratch
+    (:meth:`ntklab.solvers.ArchitectureKernel.block_bytes`: both kernels and four
+    temporaries, and the spatial covariances for images) and the tile's host copy."""
     from ntklab.solvers.operator import ArchitectureKernel
 
     item = torch.empty((), dtype=dtype).element_size()
-    recursion = ArchitectureKernel(arch, get).block_bytes(chunk, chunk, d, dtype)
+    kernel = ArchitectureKernel(arch, get, shape if len(shape) > 1 else ())
+    recursion = kernel.block_bytes(chunk, chunk, math.prod(shape), dtype)
     return int(recursion) + item * chunk * chunk
 
 
@@ -114,9 +120,11 @@ def kernel_array(
     Parameters
     ----------
     arch : Architecture
-        An architecture on flat inputs (``ntklab.serial(Dense(...), Relu(), ...)``).
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d), optional
+        An architecture (``ntklab.serial(Dense(...), Relu(), ...)``, or with Conv layers).
+    x1 : Tensor of shape (n1, d), or channels-first images (n1, C, *S)
+        Whatever ``arch.kernel`` takes (:func:`ntklab._inputs.check_kernel_inputs`); tiles
+        are blocks of rows (the first axis), each input whole.
+    x2 : Tensor of shape (n2, ...) with the trailing shape of ``x1``, optional
         Defaults to ``x1`` (every tile is computed; symmetry is not exploited).
     get : {"ntk", "nngp"}
         Which kernel to tile.
@@ -158,19 +166,21 @@ def kernel_array(
     """
     da = require("dask.array")
     _check_arch(arch)
-    a, b = check_inputs(x1, x2)
+    a, b = check_kernel_inputs(arch, x1, x2)
     get = _check_get(get)
     budget = resolve_max_memory(max_memory, a.device)
     n = max(a.shape[0], 0 if b is None else b.shape[0])
-    d, dtype = int(a.shape[1]), a.dtype
-    chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, get, c, d, dtype))
+    shape, dtype = tuple(int(s) for s in a.shape[1:]), a.dtype
+    chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, get, c, shape, dtype))
     if b is None:
         b = a
     device = str(a.device)
     a_np = a.detach().cpu().numpy()
     b_np = a_np if b is a else b.detach().cpu().numpy()
-    A = da.from_array(a_np, chunks=(chunk, a_np.shape[1]), name=False)
-    B = A if b_np is a_np else da.from_array(b_np, chunks=(chunk, b_np.shape[1]), name=False)
+    # Row blocks along the first axis only; the feature axes (d, or C and S) stay whole.
+    A = da.from_array(a_np, chunks=(chunk, *a_np.shape[1:]), name=False)
+    B = A if b_np is a_np else da.from_array(b_np, chunks=(chunk, *b_np.shape[1:]), name=False)
+    features = "klmn"[: a_np.ndim - 1]  # contracted: each tile sees whole inputs
     with warnings.catch_warnings():
         # n1/chunk x n2/chunk tiles from n1/chunk + n2/chunk row blocks: the growth is the point
         warnings.simplefilter("ignore", da.PerformanceWarning)
@@ -178,9 +188,9 @@ def kernel_array(
             _kernel_block,
             "ij",
             A,
-            "ik",
+            "i" + features,
             B,
-            "jk",
+            "j" + features,
             dtype=a_np.dtype,
             concatenate=True,
             arch=arch,

@@ -11,6 +11,7 @@ NumPy inputs give NumPy outputs; torch inputs give torch outputs.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from sklearn.utils.validation import check_array
 from torch import Tensor
 
 from .._checks import check_positive_int
+from .._inputs import check_kernel_inputs
 from ..errors import NtklabTypeError, NtklabValueError
 from .feature_space import FeatureDynamics, feature_dynamics
 from .function_space import EnsembleDynamics, Gaussian, _make_schedule, ensemble_dynamics
@@ -68,21 +70,25 @@ def _wrap(name: str, err: Exception) -> Exception:
     return NtklabValueError(f"{name}: {err}")
 
 
-def _check_tensor(name: str, t: Tensor, *, two_d: bool) -> None:
-    """What scikit-learn's ``check_array`` checks, for a torch tensor (kept on its device)."""
+def _check_tensor(name: str, t: Tensor, *, ndims: tuple[int, ...]) -> None:
+    """What scikit-learn's ``check_array`` checks, for a torch tensor (kept on its device):
+    inputs ``X`` of ``ndims=(2, 3, 4)`` axes (rows, or images ``(n, C, L)`` and
+    ``(n, C, H, W)``), targets ``y`` of ``ndims=(1, 2)``."""
     if t.is_complex():
         raise NtklabValueError(f"{name}: Complex data not supported, got dtype {t.dtype}")
-    if two_d and t.ndim != 2:
+    if t.ndim < 2 and ndims[0] == 2:
         raise NtklabValueError(
-            f"{name}: expected a 2-D tensor of shape (n, d), got shape {tuple(t.shape)}. "
-            "Reshape your data either using X.reshape(-1, 1) if your data has a single "
-            "feature or X.reshape(1, -1) if it contains a single sample."
+            f"{name}: expected a 2-D tensor of shape (n, d) (or images (n, C, L), "
+            f"(n, C, H, W) for an architecture with Conv layers), got shape "
+            f"{tuple(t.shape)}. Reshape your data either using X.reshape(-1, 1) if your data "
+            "has a single feature or X.reshape(1, -1) if it contains a single sample."
         )
-    if not two_d and t.ndim not in (1, 2):
+    if t.ndim not in ndims:
+        want = "(n,) or (n, k)" if ndims == (1, 2) else "(n, d), (n, C, L) or (n, C, H, W)"
         raise NtklabValueError(
-            f"{name}: expected a tensor of shape (n,) or (n, k), got shape {tuple(t.shape)}"
+            f"{name}: expected a tensor of shape {want}, got shape {tuple(t.shape)}"
         )
-    if t.shape[0] < 1 or (t.ndim == 2 and t.shape[1] < 1):
+    if t.shape[0] < 1 or (t.ndim >= 2 and min(t.shape[1:]) < 1):
         raise NtklabValueError(
             f"{name}: expected at least 1 sample and 1 feature, got shape {tuple(t.shape)}"
         )
@@ -96,6 +102,21 @@ def _feature_seed(state: object) -> int:
     if isinstance(state, torch.Generator):
         return int(torch.randint(0, 2**62, (1,), generator=state))
     return 0 if state is None else int(state)  # type: ignore[call-overload]
+
+
+def _nd_tensor(X: Any, dtype: torch.dtype) -> tuple[Tensor, bool]:
+    """A torch tensor, or a NumPy array of images ``(n, C, *S)`` (which scikit-learn's
+    ``check_array`` refuses), as a tensor in ``dtype`` with scikit-learn's checks (real,
+    finite, at least one sample); the flag says whether it was NumPy."""
+    if isinstance(X, Tensor):
+        _check_tensor("X", X, ndims=(2, 3, 4))
+        return X.to(dtype), False
+    numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
+    try:
+        arr = check_array(X, allow_nd=True, dtype=numpy_dtype, input_name="X")
+    except (TypeError, ValueError) as err:
+        raise _wrap("X", err) from err
+    return torch.tensor(arr, dtype=dtype), True
 
 
 class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
@@ -132,9 +153,12 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
 
     Attributes
     ----------
-    X_train_ : Tensor of shape (n, d)
+    X_train_ : Tensor of shape (n, d), or (n, C, *S) images
     y_train_ : Tensor of shape (n, k)
     n_features_in_ : int
+        Entries of one input (``d``, or ``C * prod(S)`` for images).
+    input_shape_ : tuple of int
+        The shape of one input, ``(d,)`` or ``(C, *S)``; inputs at prediction must match it.
     dynamics_ : EnsembleDynamics, or FeatureDynamics with ``num_features``
 
     Notes
@@ -145,6 +169,13 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     arrays, lists and data frames go through scikit-learn's checks; torch tensors get the
     same checks on their own device (so that torch inputs stay torch, on their device, and
     differentiable in ``X``). ``y`` may have several columns (multi-output regression).
+
+    ``X`` is whatever the architecture's ``kernel`` takes
+    (:func:`ntklab._inputs.check_kernel_inputs`): for an architecture with Conv or pooling
+    layers, channels-first images ``(n, C, H, W)`` or signals ``(n, C, L)``, as torch tensors
+    or NumPy arrays (scikit-learn's 2-D check is then replaced by the same checks on the
+    N-D array); channels-last images are refused, and at prediction the images must have the
+    training images' channels and spatial shape (``input_shape_``).
 
     Examples
     --------
@@ -192,27 +223,45 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     # ---------------------------------------------------------------------- validation
     def _check_X(self, X: Any, *, reset: bool) -> tuple[Tensor, bool]:
         """``(X as a tensor in the working dtype, was_not_a_tensor)``; sets or checks
-        ``n_features_in_``."""
+        ``n_features_in_`` and ``input_shape_``, and checks ``X`` against what the
+        architecture takes (flat rows, or channels-first images)."""
         dtype = _working_dtype(self.dtype)
-        if isinstance(X, Tensor):
-            _check_tensor("X", X, two_d=True)
-            d = int(X.shape[1])
-            if reset:
-                self.n_features_in_ = d
-                if hasattr(self, "feature_names_in_"):
-                    del self.feature_names_in_
-            elif d != self.n_features_in_:
-                raise NtklabValueError(
-                    f"X: X has {d} features, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
-            return X.to(dtype), False
-        numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
-        try:
-            arr = _validate_data(self, X, reset=reset, dtype=numpy_dtype)
-        except (TypeError, ValueError) as err:
-            raise _wrap("X", err) from err
-        return torch.tensor(arr, dtype=dtype), True
+        if isinstance(X, Tensor) or getattr(X, "ndim", 2) > 2:
+            x, numpy_in = _nd_tensor(X, dtype)
+            self._check_input_shape(x, reset=reset)
+        else:
+            numpy_dtype = np.float32 if dtype == torch.float32 else np.float64
+            try:
+                arr = _validate_data(self, X, reset=reset, dtype=numpy_dtype)
+            except (TypeError, ValueError) as err:
+                raise _wrap("X", err) from err
+            x, numpy_in = torch.tensor(arr, dtype=dtype), True
+            self._check_input_shape(x, reset=reset, features_checked=True)
+        check_kernel_inputs(self.architecture, x, names=("X", "X"))
+        return x, numpy_in
+
+    def _check_input_shape(self, x: Tensor, *, reset: bool, features_checked: bool = False) -> None:
+        """Record (``reset``) or check the shape of one input: ``input_shape_`` (``(d,)`` or
+        ``(C, *S)``) and ``n_features_in_`` (its number of entries)."""
+        shape = tuple(int(s) for s in x.shape[1:])
+        if reset:
+            self.input_shape_ = shape
+            self.n_features_in_ = math.prod(shape)
+            if not features_checked and hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return
+        fitted = getattr(self, "input_shape_", (self.n_features_in_,))
+        if shape == fitted or (features_checked and len(fitted) == 1):
+            return
+        if len(shape) == 1 and len(fitted) == 1:
+            raise NtklabValueError(
+                f"X: X has {shape[0]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        raise NtklabValueError(
+            f"X: expected inputs of shape (m, {', '.join(map(str, fitted))}) like the "
+            f"training X (channels and spatial shape {fitted}), got shape {tuple(x.shape)}"
+        )
 
     def _check_y(self, y: Any, x: Tensor) -> Tensor:
         """``y`` of ``x``'s length as a tensor on ``x``'s device and dtype."""
@@ -223,7 +272,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
                 "passed, but the target y is None"
             )
         if isinstance(y, Tensor):
-            _check_tensor("y", y, two_d=False)
+            _check_tensor("y", y, ndims=(1, 2))
             target = y.to(device=x.device, dtype=x.dtype)
         else:
             numpy_dtype = np.float32 if x.dtype == torch.float32 else np.float64
@@ -262,7 +311,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
 
         Parameters
         ----------
-        X : array-like or Tensor of shape (n, d)
+        X : array-like or Tensor of shape (n, d), or images (n, C, *S)
         y : array-like or Tensor of shape (n,) or (n, k)
 
         Returns
@@ -327,7 +376,7 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
 
         Parameters
         ----------
-        X : array-like of shape (m, d)
+        X : array-like of shape (m, d), or images (m, C, *S) like the training X
         return_std : bool
             Also return the standard deviation of each output, shape (m,).
         return_cov : bool

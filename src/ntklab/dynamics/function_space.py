@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_matrix
+from .._inputs import check_kernel_inputs
 from .._repr import short_repr, summarize
 from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.kernel import Kernel
@@ -324,7 +325,7 @@ class EnsembleDynamics:
         t : float, array of floats, or None
             Time(s) in steps at ``learning_rate`` (the flow time is ``learning_rate * t``);
             None is infinity.
-        x_test : Tensor of shape (m, d), optional
+        x_test : Tensor of shape (m, d), or (m, C, *S) images like ``x_train``, optional
             None: the training inputs (with the regularized kernel standing for the train
             kernel, as neural-tangents does).
         get : {"ntk", "nngp"}
@@ -366,12 +367,7 @@ class EnsembleDynamics:
                 )
                 for get in gets
             }
-        check_matrix("x_test", x_test)
-        if x_test.shape[1] != self.x_train.shape[1]:
-            raise NtklabValueError(
-                f"x_test: expected {self.x_train.shape[1]} features like x_train, got shape "
-                f"{tuple(x_test.shape)}"
-            )
+        check_kernel_inputs(self.kernel_fn, self.x_train, x_test, names=("x_train", "x_test"))
         k_td = _kernel_of(self.kernel_fn, x_test, self.x_train)
         k_tt = _kernel_of(self.kernel_fn, x_test, None).nngp if compute_cov else None
         return {
@@ -464,7 +460,9 @@ def ensemble_dynamics(
     ----------
     kernel_fn : Architecture or callable ``(x1, x2) -> Kernel``
         Gives the NNGP (the law of the initial outputs) and the NTK (the dynamics).
-    x_train : Tensor of shape (n, d)
+    x_train : Tensor of shape (n, d), or channels-first images (n, C, L) or (n, C, H, W)
+        Whatever ``kernel_fn`` takes (:func:`ntklab._inputs.check_kernel_inputs`): images
+        for an architecture with Conv or pooling layers.
     y_train : Tensor of shape (n, k) or (n,)
     learning_rate, ridge, ridge_relative, schedule, normalization
         As in :func:`linearized_dynamics`.
@@ -473,13 +471,13 @@ def ensemble_dynamics(
     -------
     EnsembleDynamics
     """
-    x = check_matrix("x_train", x_train)
-    y, vector = as_targets(y_train, int(x.shape[0]), like=x)
-    sched = _make_schedule(schedule, learning_rate, normalization, y.numel())
     fn = kernel_fn if callable(kernel_fn) or hasattr(kernel_fn, "kernel") else None
     if fn is None:
         raise NtklabTypeError(
             "kernel_fn: expected an ntklab architecture or a callable (x1, x2) -> Kernel, got "
             f"{type(kernel_fn).__name__}"
         )
+    x, _ = check_kernel_inputs(fn, x_train, names=("x_train", "x_test"))
+    y, vector = as_targets(y_train, int(x.shape[0]), like=x)
+    sched = _make_schedule(schedule, learning_rate, normalization, y.numel())
     return EnsembleDynamics(cast(KernelFn, fn), x, y, sched, ridge, ridge_relative, vector)

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_inputs, check_positive_int
+from .._checks import check_positive_int
+from .._inputs import check_kernel_inputs
 from ..errors import NtklabTypeError, NtklabValueError
-from ..kernels.engine import Architecture, Layer, architecture_spatial_ndim, check_images, serial
+from ..kernels.engine import Architecture, Layer, serial
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
 
@@ -290,8 +291,8 @@ def monte_carlo_kernel(
         arch = check_architecture(arch)
     if isinstance(x1, Tensor) and isinstance(x2, Tensor) and x1.device != x2.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({x1.device}), got {x2.device}")
+    a, b = check_kernel_inputs(arch if factory is None else None, x1, x2)
     if factory is not None:
-        a, b = check_images(x1, x2, None)
         if width is not None:
             raise NtklabValueError(
                 f"width: expected None with a module factory (the factory sets the widths), "
@@ -299,10 +300,6 @@ def monte_carlo_kernel(
             )
     else:
         assert isinstance(arch, Architecture)
-        if any(layer.spatial_layer for layer in arch.layers):
-            a, b = check_images(x1, x2, architecture_spatial_ndim(arch.layers))
-        else:
-            a, b = check_inputs(x1, x2)
         if width is None:
             raise NtklabValueError(
                 "width: expected a positive int (the hidden width of the networks of an "

@@ -246,6 +246,9 @@ class Outcome:
     criterion: str = ""
     dataset: str = ""
     paper_scale_cost: str = ""
+    dtype_field: str | None = None
+    fixed_dtype: Literal["float32", "float64"] = "float64"
+    uses_device: bool = False
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -352,6 +355,9 @@ class Measurement:
     notes: tuple[str, ...] = ()
     dataset: str = ""
     paper_scale_cost: str = ""
+    dtype_field: str | None = None
+    fixed_dtype: Literal["float32", "float64"] = "float64"
+    uses_device: bool = False
 
     def __post_init__(self) -> None:
         metrics = tuple(self.metrics)
@@ -437,6 +443,15 @@ class RunContext:
         The config's seed.
     logger : logging.Logger
         Logger of the run (a child of ``"ntklab"``).
+    device : str
+        The device the run computes on (``ntklab run --device``: ``"cpu"``, ``"cuda"``,
+        ``"cuda:1"``), checked before the run started. An experiment with
+        :attr:`Experiment.uses_device` creates its data there (draw it from a CPU
+        :meth:`generator` and move it, so that the numbers do not depend on the device).
+    dtype : str
+        The precision of the run's networks or kernels (``"float32"``/``"float64"``): the
+        value of the experiment's :attr:`Experiment.dtype_field` (``--dtype`` sets it), or
+        its :attr:`Experiment.fixed_dtype`.
     """
 
     out_dir: Path
@@ -445,6 +460,22 @@ class RunContext:
     scale: str = ""
     seed: int = 0
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("ntklab"))
+    device: str = "cpu"
+    dtype: str = "float64"
+
+    @property
+    def torch_device(self) -> torch.device:
+        """:attr:`device` as a :class:`torch.device`."""
+        import torch
+
+        return torch.device(self.device)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """:attr:`dtype` as a :class:`torch.dtype`."""
+        import torch
+
+        return torch.float32 if self.dtype == "float32" else torch.float64
 
     def stream_seed(self, stream: str = "default") -> int:
         """A 63-bit seed for the named random stream, derived from :attr:`seed`.
@@ -519,6 +550,15 @@ class Experiment:
         cores (training 81M example-steps); needs a GPU"``), shown in the claims table and
         on the claim's page in place of a paper result. The module docstring gives the
         measurement behind it.
+    dtype_field : str or None
+        The config field that ``ntklab run --dtype`` sets (the precision of the networks or
+        kernels, where float32 is meaningful, e.g. ``"net_dtype"``); None when the
+        experiment computes in a fixed precision (:attr:`fixed_dtype`) that its figures need.
+    fixed_dtype : str
+        The precision of an experiment without ``dtype_field`` (recorded in its results).
+    uses_device : bool
+        Whether ``measure`` creates its tensors on :attr:`RunContext.device`; only ``cpu``
+        is accepted for ``--device`` otherwise.
     """
 
     name: str
@@ -534,6 +574,9 @@ class Experiment:
     headline: tuple[str, ...] = ()
     dataset: str = ""
     paper_scale_cost: str = ""
+    dtype_field: str | None = None
+    fixed_dtype: Literal["float32", "float64"] = "float64"
+    uses_device: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -565,7 +608,19 @@ class Experiment:
                 f"Experiment {self.name!r} scales: expected the scales {list(REQUIRED_SCALES)}, "
                 f"missing {missing}"
             )
+        if self.dtype_field is not None and self.dtype_field not in self.config_type.model_fields:
+            raise NtklabValueError(
+                f"Experiment {self.name!r} dtype_field: expected a field of "
+                f"{self.config_type.__name__}, received {self.dtype_field!r}"
+            )
         object.__setattr__(self, "scales", _freeze_scales(self.scales))
+
+    def run_dtype(self, config: ExperimentConfig) -> str:
+        """The precision a run of ``config`` computes in: its :attr:`dtype_field`, else
+        :attr:`fixed_dtype`."""
+        if self.dtype_field is None:
+            return self.fixed_dtype
+        return str(getattr(config, self.dtype_field))
 
     def run(self, config: ExperimentConfig, ctx: RunContext) -> Outcome:
         """``measure``, then ``judge`` and ``draw`` on what it measured, as one Outcome."""

@@ -346,14 +346,16 @@ def _train_cnn(
     The step is ``cnn_lr_fraction`` of the critical learning rate of the architecture's
     analytic NTK on the training images (the infinite-width network's stability edge).
     Returns the predicted test labels, the logged steps and train losses, and the learning
-    rate.
+    rate. The network is drawn from ``gen`` and trained on its device; the predictions come
+    back to the CPU.
     """
     x_train, y_train, x_test, y_test = data[:4]
     classes = _classes(y_train, y_test)
-    dtype = config.torch_dtype
-    net = arch.to_torch(config.cnn_width, classes, generator=gen, dtype=dtype)
-    xtr, xte = x_train.to(dtype), x_test.to(dtype)
-    targets = torch.nn.functional.one_hot(y_train, classes).to(dtype) - 1.0 / classes
+    dtype, device = config.torch_dtype, gen.device
+    net = arch.to_torch(config.cnn_width, classes, generator=gen, dtype=dtype, device=device)
+    xtr, xte = x_train.to(device, dtype), x_test.to(device, dtype)
+    one_hot = torch.nn.functional.one_hot(y_train.to(device), classes)
+    targets = one_hot.to(dtype) - 1.0 / classes
     lr = config.cnn_lr_fraction * max_learning_rate(k_train.double(), targets.numel())
     run = train(
         net,
@@ -364,7 +366,7 @@ def _train_cnn(
         log_every=max(1, config.cnn_t // 50),
     )
     with torch.no_grad():
-        pred = run.model(xte).argmax(dim=1)
+        pred = run.model(xte).argmax(dim=1).cpu()
     return pred, run.history.step, run.history.train_loss, lr
 
 
@@ -387,14 +389,15 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
         "mlp_ntk": mlp_architecture(config.depth, config.w_std, config.b_std),
     }
     costs: dict[str, tuple[int, float]] = {}
+    device = ctx.torch_device  # the kernels and the CNN on the run's device, the solves on CPU
     for i, (name, arch) in enumerate(models.items()):
-        a, b = x_train.to(kdtype), x_test.to(kdtype)
+        a, b = x_train.to(device, kdtype), x_test.to(device, kdtype)
         if name == "mlp_ntk":
             a, b = a.flatten(1), b.flatten(1)
         start = time.perf_counter()
         with torch.no_grad():
-            k_train = arch.kernel(a, max_memory=budget).ntk
-            k_test = arch.kernel(b, a, max_memory=budget).ntk
+            k_train = arch.kernel(a, max_memory=budget).ntk.cpu()
+            k_test = arch.kernel(b, a, max_memory=budget).ntk.cpu()
         costs[name] = (k_train.numel() + k_test.numel(), time.perf_counter() - start)
         kernels_train[name], kernels_test[name] = k_train, k_test
         predictions[name] = _kernel_regression_predictions(
@@ -402,7 +405,11 @@ def measure(config: CntkVsCnnConfig, ctx: RunContext) -> Measurement:
         )
         ctx.progress((i + 1) / 4, f"{name} done")
     cnn_pred, loss_steps, losses, lr = _train_cnn(
-        models["cntk_gap"], kernels_train["cntk_gap"], config, data, ctx.generator("cnn")
+        models["cntk_gap"],
+        kernels_train["cntk_gap"],
+        config,
+        data,
+        ctx.generator("cnn", device=device),
     )
     predictions["cnn_gap_finite"] = cnn_pred
     # The infinite-width prediction at the CNN's own training time (the same GD, from f_0 = 0,
@@ -526,6 +533,8 @@ EXPERIMENT = register(
             " needs fast conv kernels and a GPU"
         ),
         config_type=CntkVsCnnConfig,
+        dtype_field="kernel_dtype",
+        uses_device=True,
         scales={
             "tiny": {"n_train": 40, "n_test": 40, "depth": 2, "cnn_width": 16, "cnn_t": 5},
             "quick": {},

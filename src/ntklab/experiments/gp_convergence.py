@@ -301,30 +301,40 @@ def _trained_outputs(
         ``x`` (n_train, n_0), ``y`` (n_train, 1), ``x_test`` (1, n_0).
     steps : list of int, length T
         GD step counts at which the outputs are read.
+    gen : torch.Generator
+        Draws the networks, on its device, where they are trained.
 
     Returns
     -------
-    list of Tensor, length T, each shape (M,), float64
+    list of Tensor, length T, each shape (M,), float64 on the CPU
         :math:`f_{s}(x_{test})` of the M members after ``steps[j]`` steps.
     """
     x, y, x_test = data
     tdtype = torch.float32 if config.train_dtype == "float32" else torch.float64
+    device = gen.device  # the networks are drawn and trained where the generator lives
     ens = ensemble(
-        arch, config.n_samples, width, in_features=config.input_dim, generator=gen, dtype=tdtype
+        arch,
+        config.n_samples,
+        width,
+        in_features=config.input_dim,
+        generator=gen,
+        dtype=tdtype,
+        device=device,
     )
     trained = train_ensemble(
         ens,
-        x.to(tdtype),
-        y.to(tdtype),
+        x.to(device, tdtype),
+        y.to(device, tdtype),
         learning_rate=config.learning_rate,
         t=max(steps),
         normalization="sum",
-        x_test=x_test.to(tdtype),
+        x_test=x_test.to(device, tdtype),
         record_t=sorted(set(steps)),
     )
     assert trained.test_outputs is not None
     recorded = trained.steps.tolist()
-    return [trained.test_outputs[recorded.index(s), :, 0, 0].to(torch.float64) for s in steps]
+    outs = trained.test_outputs.to("cpu", torch.float64)
+    return [outs[recorded.index(s), :, 0, 0] for s in steps]
 
 
 def _slope_metrics(
@@ -510,7 +520,12 @@ def measure(config: GpConvergenceConfig, ctx: RunContext) -> Measurement:
         }
         for i, width in enumerate(config.widths):
             outs = _trained_outputs(
-                config, arch, width, data, steps, ctx.generator(f"init-{name}-{width}")
+                config,
+                arch,
+                width,
+                data,
+                steps,
+                ctx.generator(f"init-{name}-{width}", device=ctx.device),
             )
             for j, out in enumerate(outs):
                 mu, sd = targets[j]
@@ -681,6 +696,8 @@ EXPERIMENT = register(
             "over an hour on a shared 2-core machine)"
         ),
         config_type=GpConvergenceConfig,
+        dtype_field="train_dtype",
+        uses_device=True,
         scales={
             "tiny": {
                 "activations": ("tanh",),

@@ -348,8 +348,10 @@ def network(
     """The MLP or CNN of ``label-alignment`` (NTK parameterization), taking NCHW images.
 
     With ``zero_output`` it is an antisymmetric pair whose halves have ``width`` each (so its
-    output is 0 at initialization and its NTK that of one half)."""
+    output is 0 at initialization and its NTK that of one half). It is built on
+    ``generator``'s device."""
     full = 2 * width if zero_output else width
+    device = generator.device
     if name == "mlp":
         arch = mlp_architecture(depth, w_std, b_std)
         features = int(math.prod(data.x.shape[1:]))
@@ -360,14 +362,20 @@ def network(
             zero_output=zero_output,
             generator=generator,
             dtype=dtype,
+            device=device,
         )
         return _Flat(inner)
     arch = cnn_architecture(depth, w_std, b_std)
     net = arch.to_torch(
-        full, data.num_classes, zero_output=zero_output, generator=generator, dtype=dtype
+        full,
+        data.num_classes,
+        zero_output=zero_output,
+        generator=generator,
+        dtype=dtype,
+        device=device,
     )
     with torch.no_grad():
-        net(data.x[:1].to(dtype))  # materialize the lazy layers
+        net(data.x[:1].to(device, dtype))  # materialize the lazy layers
     return net
 
 
@@ -563,6 +571,8 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
         "targets": data.targets.cpu().numpy(),
         "indices": data.indices.cpu().numpy(),
     }
+    device = ctx.torch_device
+    x = data.x.to(device)  # the networks and their NTKs on the run's device, the analysis on CPU
     for k, name in enumerate(config.networks):
         width = config.mlp_width if name == "mlp" else config.cnn_channels
         net = network(
@@ -572,12 +582,12 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
             width=width,
             w_std=config.w_std,
             b_std=config.b_std,
-            generator=ctx.generator(f"init-{name}"),
+            generator=ctx.generator(f"init-{name}", device=device),
             dtype=dtype,
         )
         with torch.no_grad():
-            f0 = net(data.x)
-        kernel = ntk(net, data.x, max_memory=budget)
+            f0 = net(x).cpu()
+        kernel = ntk(net, x, max_memory=budget).cpu()
         ctx.progress((k + 0.7) / len(config.networks), f"{name}: NTK {tuple(kernel.shape)}")
         m = measure_alignment(
             kernel,
@@ -732,6 +742,8 @@ EXPERIMENT = register(
         ),
         dataset="scikit-learn digits (8x8)",
         config_type=LabelAlignmentConfig,
+        dtype_field="net_dtype",
+        uses_device=True,
         scales={
             "tiny": {
                 "n_train": 120,

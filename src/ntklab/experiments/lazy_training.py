@@ -226,10 +226,12 @@ def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
     """Train every (seed, width) network in both parameterizations: the data, the learning
     rate and the per-run figures (kernel change, distance to the linearization, losses)."""
     ndt = torch.float32 if config.net_dtype == "float32" else torch.float64
+    device = ctx.torch_device
     gen = ctx.generator("data")
     n, d = config.n_train, config.dim
-    x = uniform_sphere(n + config.n_test, d, generator=gen)
-    y = (torch.sin(3.0 * x[:, 0]) + 2.0 * x[:, 1] * x[:, 2])[:n, None]
+    x_cpu = uniform_sphere(n + config.n_test, d, generator=gen)  # drawn on the CPU, then moved
+    y_cpu = (torch.sin(3.0 * x_cpu[:, 0]) + 2.0 * x_cpu[:, 1] * x_cpu[:, 2])[:n, None]
+    x, y = x_cpu.to(device), y_cpu.to(device)
     x_train, x_test = x[:n], x[n:]
     arch = mlp(config.depth, config.w_std, config.b_std)
     with torch.no_grad():
@@ -244,15 +246,20 @@ def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
     xt, yt, xs = x_train.to(ndt), y.to(ndt), x_test.to(ndt)
     jobs, done = config.seeds * len(config.widths), 0
     for s in range(config.seeds):
-        init = ctx.generator(f"init-{s}")
+        init = ctx.generator(f"init-{s}", device=device)
         for j, width in enumerate(config.widths):
-            net = arch.to_torch(width, in_features=d, generator=init, dtype=ndt)
+            net = arch.to_torch(width, in_features=d, generator=init, dtype=ndt, device=device)
             lin = linearized_test_outputs(net, x_train, y, x_test, lr, config.t)
             drift_ntk[s, j], loss_ntk[s, j], div = _train(net, xt, yt, lr, config.t)
             with torch.no_grad():
                 rmse[s, j] = float((net(xs).double() - lin).square().mean().sqrt())
             mup = arch.to_torch(
-                width, in_features=d, parameterization="mup", generator=init, dtype=ndt
+                width,
+                in_features=d,
+                parameterization="mup",
+                generator=init,
+                dtype=ndt,
+                device=device,
             )
             with torch.no_grad():
                 eta_c_mup[s, j] = max_learning_rate(ntk(mup, xt).double(), y.numel())
@@ -263,9 +270,9 @@ def _runs(config: LazyTrainingConfig, ctx: RunContext) -> _Runs:
             done += 1
             ctx.progress(done / jobs, f"seed {s}, width {width}")
     return _Runs(
-        x_train,
-        y,
-        x_test,
+        x_cpu[:n],
+        y_cpu,
+        x_cpu[n:],
         lr,
         eta_c,
         widths,
@@ -514,6 +521,8 @@ EXPERIMENT = register(
         headline=("ntk_kernel_change_slope", "linearization_rmse_slope", "mup_kernel_change_slope"),
         dataset="synthetic: random points on S^{d-1}, teacher targets",
         config_type=LazyTrainingConfig,
+        dtype_field="net_dtype",
+        uses_device=True,
         scales={
             "tiny": {
                 "widths": (32, 64, 128),

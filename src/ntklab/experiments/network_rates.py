@@ -920,6 +920,7 @@ EXPERIMENT = register(
             " needs a GPU"
         ),
         config_type=NetworkRatesConfig,
+        dtype_field="net_dtype",
         scales={
             "tiny": {
                 "depths": [2],

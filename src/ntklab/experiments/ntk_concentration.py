@@ -181,15 +181,25 @@ def smooth_network(depth: int, act: Act, w_std: float, b_std: float) -> nk.Archi
 
 
 def function_distances(
-    arch: nk.Architecture, config: NtkConcentrationConfig, gen: torch.Generator
+    arch: nk.Architecture,
+    config: NtkConcentrationConfig,
+    gen: torch.Generator,
+    net_gen: torch.Generator | None = None,
 ) -> tuple[np.ndarray, int, float]:
     """Squared distances (n_seeds, n_widths) between GD-trained zero-output networks and
-    kernel GD with the analytic NTK, with the number of steps and the learning rate."""
+    kernel GD with the analytic NTK, with the number of steps and the learning rate.
+
+    The data are drawn from ``gen`` on the CPU; the networks from ``net_gen`` (default
+    ``gen``), on its device, where everything is computed."""
     dtype = config.torch_dtype
+    net_gen = gen if net_gen is None else net_gen
+    device = net_gen.device
     angles, x = uniform_circle(config.n_train, generator=gen, dtype=dtype)
     target = random_trig_polynomial(config.target_degree, generator=gen, dtype=dtype)
-    y = target(angles)[:, None]
+    y = target(angles)[:, None].to(device)
+    x = x.to(device)
     _, x_test = circle_grid(config.n_test, dtype=dtype)
+    x_test = x_test.to(device)
     with torch.no_grad():
         k_train = arch.kernel(x).ntk
         k_test = arch.kernel(x_test, x).ntk
@@ -206,13 +216,14 @@ def function_distances(
             width,
             in_features=2,
             zero_output=True,
-            generator=gen,
+            generator=net_gen,
             dtype=dtype,
+            device=device,
         )
         run = train_ensemble(nets, x, y, learning_rate=lr, t=steps, x_test=x_test)
         assert run.test_outputs is not None
         final = run.test_outputs[-1]  # shape: (n_seeds, n_test, 1)
-        out[:, j] = (final - reference).square().mean(dim=(1, 2)).numpy()
+        out[:, j] = (final - reference).square().mean(dim=(1, 2)).cpu().numpy()
     return out, steps, lr
 
 
@@ -244,9 +255,10 @@ def measure(config: NtkConcentrationConfig, ctx: RunContext) -> Measurement:
     Arrays: ``widths``; ``ntk_sup_{act}_depth{L}`` and ``function_sq_distance_depth{L}`` of
     shape (n_seeds, n_widths).
     """
-    dtype = config.torch_dtype
+    dtype, device = config.torch_dtype, ctx.torch_device
     widths = np.array(config.widths, dtype=np.float64)
     _, grid = circle_grid(config.n_grid, dtype=dtype)
+    grid = grid.to(device)
     metrics: list[Metric] = []
     arrays: dict[str, np.ndarray] = {"widths": widths}
     ntk_slopes: list[float] = []
@@ -261,7 +273,7 @@ def measure(config: NtkConcentrationConfig, ctx: RunContext) -> Measurement:
                 grid,
                 widths=config.widths,
                 n_seeds=config.n_seeds,
-                generator=ctx.generator(f"ntk-{act}-{depth}"),
+                generator=ctx.generator(f"ntk-{act}-{depth}", device=device),
                 dtype=dtype,
             )  # shape: (n_widths, n_seeds)
             per_seed = dist.T.cpu().numpy()
@@ -284,7 +296,9 @@ def measure(config: NtkConcentrationConfig, ctx: RunContext) -> Measurement:
     act = config.function_activation
     for depth in config.depths:
         arch = smooth_network(depth, act, config.w_std, config.b_std)
-        dist2, steps, lr = function_distances(arch, config, ctx.generator(f"fn-{depth}"))
+        gen = ctx.generator(f"fn-{depth}")
+        net_gen = gen if device.type == "cpu" else ctx.generator(f"fn-{depth}-init", device=device)
+        dist2, steps, lr = function_distances(arch, config, gen, net_gen)
         fit = fit_power_law_bootstrap(
             widths, dist2, aggregate="median", n_boot=config.n_boot, generator=ctx.seed
         )
@@ -405,6 +419,8 @@ EXPERIMENT = register(
         headline=("ntk_slope_min", "ntk_slope_max", "function_slope_min", "function_slope_max"),
         dataset="synthetic: fixed grid of input pairs on the sphere",
         config_type=NtkConcentrationConfig,
+        dtype_field="dtype",
+        uses_device=True,
         scales={
             "tiny": {
                 "activations": ["erf"],

@@ -6,7 +6,10 @@ except ``run_dir`` and ``reused`` (which depend on where and how it is read)::
 
     schema_version, experiment, claim_id, claim, scale, config_hash, run_key, code,
     config, metrics, criterion, verdict, criterion_met, summary, dataset, notes, versions, seed,
-    wall_time_s, started_at, figures, arrays, error
+    wall_time_s, started_at, figures, arrays, error, device, dtype
+
+(``device`` and ``dtype``, the device the run computed on and the precision of its networks
+or kernels, are read as ``"cpu"`` and ``""`` from files written before they existed.)
 
 What a verdict means:
 
@@ -190,6 +193,11 @@ class RunResult:
         ``reuse_any``; see :mod:`ntklab.experiments.fingerprint`).
     dataset : str
         The data set measured on, as the experiment names it.
+    device : str
+        The device the run computed on (``ntklab run --device``), e.g. ``"cpu"``, ``"cuda"``.
+    dtype : str
+        The precision of the run's networks or kernels (``ntklab run --dtype``; see
+        :attr:`~ntklab.experiments.Experiment.dtype_field`); ``""`` when not recorded.
     """
 
     experiment: str
@@ -217,6 +225,8 @@ class RunResult:
     criterion_met: bool | None = None
     other_code: bool = False
     dataset: str = ""
+    device: str = "cpu"
+    dtype: str = ""
 
     @property
     def passed(self) -> bool:
@@ -254,6 +264,8 @@ class RunResult:
             "figures": list(self.figures),
             "arrays": self.arrays,
             "error": self.error,
+            "device": self.device,
+            "dtype": self.dtype,
         }
 
     def write_json(self, path: Path) -> None:
@@ -331,6 +343,8 @@ class RunResult:
             code={str(k): str(v) for k, v in dict(data.get("code") or {}).items()},
             criterion_met=_optional_bool(data.get("criterion_met"), f"{source}: criterion_met"),
             dataset=str(data.get("dataset", "")),
+            device=str(data.get("device", "cpu")),
+            dtype=str(data.get("dtype", "")),
         )
 
     def as_reused(self, other_code: bool = False) -> RunResult:

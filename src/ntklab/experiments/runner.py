@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ntklab.errors import NtklabValueError
 
@@ -51,13 +51,18 @@ from .base import (
 )
 from .config import config_hash, resolve_config
 from .fingerprint import code_fingerprint, run_key
+from .placement import device_tag, dtype_overrides, resolve_device
 from .registry import get_experiment
 from .result import RESULT_FILE, RunResult, collect_versions
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ARRAYS_FILE",
     "FIGURE_DPI",
     "RunInterrupted",
+    "check_experiment_device",
     "remove_stale_temp_dirs",
     "run_dir_for",
     "run_experiment",
@@ -69,9 +74,13 @@ ARRAYS_FILE = "arrays.npz"
 FIGURE_DPI = 120
 
 
-def run_dir_for(out_root: Path, experiment: Experiment, scale: str, key: str) -> Path:
-    """The run folder ``<out_root>/<name>/<scale>-<key>``."""
-    return Path(out_root) / experiment.name / f"{scale}-{key}"
+def run_dir_for(
+    out_root: Path, experiment: Experiment, scale: str, key: str, device: str = ""
+) -> Path:
+    """The run folder ``<out_root>/<name>/<scale>-<key>``, or ``<scale>-<key>-<device>`` for
+    a run on another device than the CPU (``device`` is :func:`~.placement.device_tag`)."""
+    suffix = f"-{device}" if device else ""
+    return Path(out_root) / experiment.name / f"{scale}-{key}{suffix}"
 
 
 _TEMP_MARK = ".tmp-"
@@ -153,8 +162,10 @@ def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
         raise _out_error(out_root, f"cannot write {str(run_dir.parent)!r} ({reason})") from exc
 
 
-def _load_reusable(run_dir: Path, config: ExperimentConfig) -> RunResult | None:
-    """The finished run in ``run_dir`` if there is a valid one for ``config``."""
+def _load_reusable(
+    run_dir: Path, config: ExperimentConfig, device: str = "cpu"
+) -> RunResult | None:
+    """The finished run in ``run_dir`` if there is a valid one for ``config`` on ``device``."""
     path = run_dir / RESULT_FILE
     if not path.is_file():
         return None
@@ -169,13 +180,17 @@ def _load_reusable(run_dir: Path, config: ExperimentConfig) -> RunResult | None:
     if result.config != config.model_dump(mode="json"):
         logger.warning("config in %s differs from the requested one, rerunning", path)
         return None
+    if result.device != device:
+        logger.info("run in %s was made on %s, not %s, rerunning", path, result.device, device)
+        return None
     return result
 
 
 def _load_any_code(
-    run_dir: Path, scale: str, digest: str, config: ExperimentConfig
+    run_dir: Path, scale: str, digest: str, config: ExperimentConfig, device: str = "cpu"
 ) -> RunResult | None:
-    """The newest finished run of the same config by any code (for ``reuse_any``)."""
+    """The newest finished run of the same config on the same device by any code (for
+    ``reuse_any``)."""
     candidates = []
     folder = run_dir.parent
     if not folder.is_dir():
@@ -183,13 +198,18 @@ def _load_any_code(
     for child in folder.glob(f"{scale}-*"):
         if child.name.startswith("."):
             continue
-        result = _load_reusable(child, config)
+        result = _load_reusable(child, config, device)
         if result is not None and result.config_hash == digest:
             candidates.append(result)
     if not candidates:
         return None
     newest = max(candidates, key=lambda r: r.started_at)
-    return newest.as_reused(other_code=newest.run_key != run_dir.name.split("-", 1)[1])
+    return newest.as_reused(other_code=newest.run_key != _run_key_of(run_dir))
+
+
+def _run_key_of(run_dir: Path) -> str:
+    """The run key in a run folder's name ``<scale>-<key>[-<device>]``."""
+    return run_dir.name.split("-", 1)[1].split("-")[0]
 
 
 def _checked_progress(callback: ProgressCallback | None) -> ProgressCallback:
@@ -353,6 +373,7 @@ def _build_result(
     seconds: float,
     outcome: Outcome | None,
     outputs: tuple[tuple[str, ...], str | None, str | None],
+    ctx: RunContext,
 ) -> RunResult:
     figures, arrays, error = outputs
     ok = outcome is not None and error is None
@@ -395,9 +416,23 @@ def _build_result(
         error=error,
         arrays=arrays,
         config_hash=digest,
-        run_key=run_dir.name.split("-", 1)[1],
+        run_key=_run_key_of(run_dir),
         code=code_fingerprint().as_dict(),
+        device=ctx.device,
+        dtype=ctx.dtype,
     )
+
+
+def check_experiment_device(experiment: Experiment, device: object) -> torch.device:
+    """``device`` resolved on this machine (:func:`~.placement.resolve_device`), refused for
+    an experiment that runs on the CPU only (:attr:`~.base.Experiment.uses_device`)."""
+    dev = resolve_device(device)
+    if dev.type != "cpu" and not experiment.uses_device:
+        raise NtklabValueError(
+            f"device (--device): experiment {experiment.name!r} runs on the CPU only (its "
+            f"measure does not place its tensors on a device), got {str(dev)!r}"
+        )
+    return dev
 
 
 def run_experiment(
@@ -408,6 +443,8 @@ def run_experiment(
     force: bool = False,
     progress: ProgressCallback | None = None,
     reuse_any: bool = False,
+    device: str = "cpu",
+    dtype: str | None = None,
 ) -> RunResult:
     """Run an experiment (or reuse its earlier run) and write its run folder.
 
@@ -429,6 +466,15 @@ def run_experiment(
         Reuse a finished run of the same config made by other code (another version of
         ntklab's source, torch or numpy) when there is no run by this code; the result is
         then labelled ``other_code``. Off by default: a code change recomputes.
+    device : str
+        Where the run computes (the CLI's ``--device``): ``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+        ``"mps"``; checked against the machine and the experiment
+        (:attr:`~ntklab.experiments.Experiment.uses_device`) before anything runs. A run on
+        another device than the CPU has its own run folder ``<scale>-<key>-<device>``.
+    dtype : {"float32", "float64"}, optional
+        The precision of the networks or kernels (the CLI's ``--dtype``): sets the
+        experiment's :attr:`~ntklab.experiments.Experiment.dtype_field` (default: the
+        config's). Refused for an experiment with a fixed precision other than ``dtype``.
 
     Returns
     -------
@@ -440,8 +486,9 @@ def run_experiment(
     Raises
     ------
     NtklabValueError
-        Before anything runs: unknown experiment or scale, bad override, or an ``out_root``
-        that cannot be written.
+        Before anything runs: unknown experiment or scale, bad override, an ``out_root``
+        that cannot be written, a device this machine does not have or the experiment does
+        not run on, or a ``dtype`` it does not take.
     OSError
         When writing the finished run fails; no run folder is left behind.
     """
@@ -450,16 +497,17 @@ def run_experiment(
         if isinstance(name_or_experiment, Experiment)
         else get_experiment(name_or_experiment)
     )
-    config = resolve_config(experiment, scale, overrides)
+    dev = check_experiment_device(experiment, device)
+    config = resolve_config(experiment, scale, dtype_overrides(experiment, dtype, overrides))
     digest = config_hash(experiment, scale, config)
     out_root = Path(out_root)
-    run_dir = run_dir_for(out_root, experiment, scale, run_key(digest))
+    run_dir = run_dir_for(out_root, experiment, scale, run_key(digest), device_tag(dev))
     report = _checked_progress(progress)
 
     if not force:
-        previous = _load_reusable(run_dir, config)
+        previous = _load_reusable(run_dir, config, str(dev))
         if previous is None and reuse_any:
-            previous = _load_any_code(run_dir, scale, digest, config)
+            previous = _load_any_code(run_dir, scale, digest, config, str(dev))
         elif previous is not None:
             previous = previous.as_reused()
         if previous is not None:
@@ -477,6 +525,8 @@ def run_experiment(
                 scale=scale,
                 seed=config.seed,
                 logger=logger.getChild(experiment.name),
+                device=str(dev),
+                dtype=experiment.run_dtype(config),
             )
             now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             started_at = now.replace("+00:00", "Z")
@@ -487,7 +537,16 @@ def run_experiment(
             caption = f"{experiment.name}, scale {scale}" + (f": {dataset}" if dataset else "")
             outputs = _materialize(outcome, error, temp_dir, caption)
             result = _build_result(
-                experiment, scale, config, digest, run_dir, started_at, seconds, outcome, outputs
+                experiment,
+                scale,
+                config,
+                digest,
+                run_dir,
+                started_at,
+                seconds,
+                outcome,
+                outputs,
+                ctx,
             )
             result.write_json(temp_dir / RESULT_FILE)
             _install(temp_dir, run_dir)

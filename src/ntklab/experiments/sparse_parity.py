@@ -452,6 +452,7 @@ EXPERIMENT = register(
         headline=("mse_ratio[n=1000]", "ntk_mse_over_var[n=1000]"),
         dataset="synthetic: 3-sparse parity on {-1,1}^20",
         config_type=SparseParityConfig,
+        fixed_dtype="float32",
         scales={
             "tiny": {
                 "dim": 8,

@@ -424,6 +424,7 @@ EXPERIMENT = register(
         headline=("ntk_slope_min", "ntk_slope_max", "nngp_slope_min", "nngp_slope_max"),
         dataset="synthetic: Fourier spectrum of dot-product kernels on S^1",
         config_type=SpectrumS1Config,
+        dtype_field="dtype",
         scales={
             "tiny": {
                 "depths": [1, 3],

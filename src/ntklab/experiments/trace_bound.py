@@ -623,6 +623,7 @@ EXPERIMENT = register(
             " needs a GPU"
         ),
         config_type=TraceBoundConfig,
+        dtype_field="net_dtype",
         scales={
             "tiny": {
                 "n_train": 60,

@@ -25,9 +25,10 @@ from typing import Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from .._checks import check_inputs
+from .._inputs import check_kernel_inputs
 from .._repr import short_repr
 from ..errors import NtklabTypeError, NtklabValueError
+from ..kernels.engine import block_bytes as image_block_bytes
 from ..memory import resolve_max_memory
 
 __all__ = [
@@ -82,10 +83,14 @@ class ArchitectureKernel:
     arch : Architecture or Layer
         Anything with ``kernel(x1, x2) -> Kernel``.
     get : {"ntk", "nngp"}
+    input_shape : tuple of int
+        The shape ``(C, *S)`` of one image input, for the memory of an image tile (``()``:
+        flat inputs).
     """
 
     arch: object
     get: Literal["ntk", "nngp"] = "ntk"
+    input_shape: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not callable(getattr(self.arch, "kernel", None)):
@@ -103,9 +108,16 @@ class ArchitectureKernel:
 
     def block_bytes(self, n1: int, n2: int, d: int, dtype: torch.dtype) -> int:
         """Two result matrices (NNGP, NTK) and up to four temporaries of the recursion, plus
-        the scaled inputs."""
+        the scaled inputs; for images, the spatial covariances of every pair as
+        ``arch.kernel`` estimates them (:func:`ntklab.kernels.engine.block_bytes`)."""
         item = torch.empty((), dtype=dtype).element_size()
-        return item * (6 * n1 * n2 + 2 * (n1 + n2) * d + 4 * (n1 + n2))
+        flat = item * (6 * n1 * n2 + 2 * (n1 + n2) * d + 4 * (n1 + n2))
+        if len(self.input_shape) < 2:
+            return flat
+        plan = getattr(self.arch, "plan", None)
+        full = callable(plan) and plan().carry == "full"
+        like = torch.empty((1, *self.input_shape), dtype=dtype, device="meta")
+        return flat + image_block_bytes(like, n1, n2, full)
 
 
 def _index(sel: Tensor | slice, n: int, device: torch.device) -> Tensor:
@@ -143,8 +155,8 @@ class KernelOperator:
     Attributes
     ----------
     kernel : BlockKernel
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d) or None
+    x1 : Tensor of shape (n1, d) or (n1, C, *S)
+    x2 : Tensor of shape (n2, d) or (n2, C, *S), or None
         ``None``: the symmetric operator :math:`K(X_1, X_1)`.
     max_memory : int
         Scratch bytes one tile may use; ``None`` at construction means the policy of
@@ -326,7 +338,8 @@ class KernelOperator:
 
     def cross(self, x: Tensor) -> KernelOperator:
         """The rectangular operator :math:`K(x, X_1)` for predictions at new points ``x``."""
-        a, _ = check_inputs(x, self.x1) if self.x1.ndim == 2 else (x, None)
+        _, a = check_kernel_inputs(self.kernel, self.x1, x, names=("x1", "x"))
+        assert a is not None
         return KernelOperator(
             kernel=self.kernel,
             x1=a,
@@ -361,8 +374,12 @@ def kernel_operator(
     ----------
     kernel : Architecture, Layer or BlockKernel
         An analytic architecture (its ``get`` kernel is used) or any :class:`BlockKernel`.
-    x1 : Tensor of shape (n1, d)
-    x2 : Tensor of shape (n2, d), optional
+    x1 : Tensor of shape (n1, d), or channels-first images (n1, C, *S)
+        Whatever the architecture's ``kernel`` takes
+        (:func:`ntklab._inputs.check_kernel_inputs`): images ``(n, C, H, W)`` or signals
+        ``(n, C, L)`` for an architecture with Conv or pooling layers. Tiles are blocks of
+        rows (the first axis).
+    x2 : Tensor of shape (n2, ...) with the trailing shape of ``x1``, optional
         Default: the symmetric operator on ``x1``.
     get : {"ntk", "nngp"}
         For an architecture.
@@ -395,12 +412,13 @@ def kernel_operator(
         resolve_max_memory(max_memory)  # the type and sign, before any work
     if block_dtype is not None and block_dtype not in (torch.float32, torch.float64):
         raise NtklabTypeError(f"block_dtype: expected float32, float64 or None, got {block_dtype}")
-    a, b = check_inputs(x1, x2)
     bk: BlockKernel
     if callable(getattr(kernel, "block_bytes", None)) and callable(kernel):
         bk = kernel  # type: ignore[assignment]
+        a, b = check_kernel_inputs(kernel, x1, x2)
     else:
-        bk = ArchitectureKernel(kernel, get)
+        a, b = check_kernel_inputs(kernel, x1, x2)
+        bk = ArchitectureKernel(kernel, get, tuple(a.shape[1:]) if a.ndim > 2 else ())
     return KernelOperator(kernel=bk, x1=a, x2=b, max_memory=max_memory, block_dtype=block_dtype)
 
 
