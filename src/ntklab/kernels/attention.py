@@ -332,15 +332,28 @@ class GlobalSelfAttention(Layer):
             self.n_chan_key if self.n_chan_key is not None else default,
             self.n_chan_val if self.n_chan_val is not None else default,
             self.n_heads,
-            options=dataclasses.replace(_ATTENTION_OPTIONS, **self._options()),
+            options=self._options(),
             generator=generator,
             dtype=dtype,
             device=device,
         )
 
-    def _options(self) -> dict[str, object]:
-        names = [f.name for f in dataclasses.fields(AttentionOptions)]
-        return {name: getattr(self, name) for name in names}
+    def _options(self) -> AttentionOptions:
+        return AttentionOptions(
+            linear_scaling=self.linear_scaling,
+            w_key_std=self.w_key_std,
+            w_value_std=self.w_value_std,
+            w_query_std=self.w_query_std,
+            w_out_std=self.w_out_std,
+            b_std=self.b_std,
+            attention_mechanism=self.attention_mechanism,
+            pos_emb_type=self.pos_emb_type,
+            pos_emb_p_norm=self.pos_emb_p_norm,
+            pos_emb_decay_fn=self.pos_emb_decay_fn,
+            n_chan_pos_emb=self.n_chan_pos_emb,
+            w_pos_emb_std=self.w_pos_emb_std,
+            val_pos_emb=self.val_pos_emb,
+        )
 
     def _requires_grad(self) -> bool:
         return False
@@ -381,7 +394,9 @@ class _Flat:
         b = state.batch_ndim
         return _Flat(
             _flatten_positions(state.cov, b, state.spatial_ndim, size),
-            None if state.ntk is None else _flatten_positions(state.ntk, b, state.spatial_ndim, size),
+            None
+            if state.ntk is None
+            else _flatten_positions(state.ntk, b, state.spatial_ndim, size),
             b == 2,
         )
 
@@ -487,7 +502,7 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         self.in_channels = in_channels or 0
         self.check_layout = False
         self._generator = generator
-        self._factory = {"dtype": dtype, "device": device}
+        self._dtype, self._device = dtype, device
         self.key = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
         self.value = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
         self.out = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
@@ -520,11 +535,11 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         self.in_channels = c
         c_pe, c_k, c_v = self._channels(c)
         h = self.n_heads
-        self.key.materialize((h, c_k, self.n_chan_key))  # type: ignore[attr-defined]
+        self.key.materialize((h, c_k, self.n_chan_key))
         if self.query is not None:
             self.query.materialize((h, c_k, self.n_chan_key))  # type: ignore[attr-defined]
-        self.value.materialize((h, c_v, self.n_chan_val))  # type: ignore[attr-defined]
-        self.out.materialize((h * self.n_chan_val, self.n_chan_out))  # type: ignore[attr-defined]
+        self.value.materialize((h, c_v, self.n_chan_val))
+        self.out.materialize((h * self.n_chan_val, self.n_chan_out))
         if self.bias is not None:
             self.bias.materialize((self.n_chan_out,))  # type: ignore[attr-defined]
         if self.pos_emb is not None:
@@ -545,7 +560,8 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
                 "embeddings (the finite module draws them as L E with L L^T = R), got one that "
                 "is not"
             )
-        return chol.to(**self._factory)  # type: ignore[arg-type]
+        out: Tensor = chol.to(dtype=self._dtype, device=self._device)
+        return out
 
     def reset_parameters(self) -> None:
         """Draw the parameters again (unit Gaussians, from the layer's generator)."""
