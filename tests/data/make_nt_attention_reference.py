@@ -21,6 +21,8 @@ self-kernel. ``architecture`` is a list of layer dicts:
   ``stax.GlobalSelfAttention`` in ntklab's spelling (``w_key_std`` for ``W_key_std`` ...);
   ``pos_emb_decay`` names the decay function: ``null`` (NT's ``None``, one-hot embeddings),
   ``"exp"`` (:math:`e^{-d}`) or ``"power"`` (:math:`(1 + d)^{-1}`);
+- ``{"layer": "Residual", "branch": [...]}``: NT ``FanOut(2), parallel(Identity(), branch),
+  FanInSum()``; ``{"layer": "LayerNorm", "eps"}``: over the channels (NT ``axis=-1``);
 - ``{"layer": "Relu"}``, ``{"layer": "GlobalAvgPool"}``, ``{"layer": "Flatten"}``,
   ``{"layer": "Dense", "w_std", "b_std"}``.
 """
@@ -123,6 +125,13 @@ def to_stax(spec):
             layers.append(stax.GlobalAvgPool())
         elif kind == "Flatten":
             layers.append(stax.Flatten())
+        elif kind == "LayerNorm":
+            layers.append(stax.LayerNorm(axis=-1, eps=layer["eps"]))
+        elif kind == "Residual":
+            branch = to_stax(layer["branch"])
+            layers.append(
+                stax.serial(stax.FanOut(2), stax.parallel(stax.Identity(), branch), stax.FanInSum())
+            )
         else:
             raise ValueError(kind)
     return stax.serial(*layers)
@@ -190,6 +199,20 @@ CASES = [
         "identity_sqrt_sum",
         1,
         [conv(), RELU, gsa("IDENTITY", linear=False, pos_emb_type="SUM"), RELU, GAP, dense()],
+    ),
+    (
+        "transformer_blocks",
+        1,
+        [
+            conv(),
+            {"layer": "Residual", "branch": [gsa(b=0.05)]},
+            {"layer": "LayerNorm", "eps": 1e-3},
+            {"layer": "Residual", "branch": [conv(), RELU, conv(w=0.8)]},
+            {"layer": "LayerNorm", "eps": 1e-3},
+            {"layer": "Residual", "branch": [gsa("RELU", pos_emb_type="SUM")]},
+            GAP,
+            dense(),
+        ],
     ),
     ("images_softmax", 2, [conv((1, 1)), RELU, gsa(), RELU, GAP, dense()]),
     (

@@ -12,7 +12,14 @@ import torch
 
 import ntklab as nl
 from ntklab.errors import NtklabTypeError, NtklabValueError
-from ntklab.kernels import Conv, Flatten, GlobalAvgPool, GlobalSelfAttention
+from ntklab.kernels import (
+    Conv,
+    Flatten,
+    GlobalAvgPool,
+    GlobalSelfAttention,
+    LayerNorm,
+    Residual,
+)
 from ntklab.kernels.attention import SelfAttentionLayer, positional_covariance
 
 F64 = torch.float64
@@ -42,6 +49,10 @@ def build(spec: list[dict[str, Any]]) -> nl.kernels.Architecture:
             layers.append(GlobalAvgPool())
         elif kind == "Flatten":
             layers.append(Flatten())
+        elif kind == "LayerNorm":
+            layers.append(LayerNorm("channel", eps=layer["eps"]))
+        elif kind == "Residual":
+            layers.append(Residual(build(layer["branch"])))
         else:
             assert kind == "GlobalSelfAttention"
             kw = {k: v for k, v in layer.items() if k not in ("layer", "pos_emb_decay")}
