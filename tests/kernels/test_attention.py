@@ -285,3 +285,19 @@ def test_finite_networks_with_positional_embeddings_average_to_the_nngp() -> Non
     mean, se = _mc_nngp(arch, x, n_nets=150, outputs=16, width=128)
     assert float(se.max()) < 0.07 * float(analytic.diagonal().mean())
     assert bool(((mean - analytic).abs() <= 4 * se).all()), (mean, analytic, se)
+
+
+def test_differentiable_in_the_inputs_and_float32_agrees() -> None:
+    x = torch.randn(2, 2, 3, dtype=F64, generator=torch.Generator().manual_seed(10))
+    arch = nl.serial(
+        GlobalSelfAttention(b_std=0.1, pos_emb_type="SUM"),
+        nl.Erf(),
+        GlobalSelfAttention(linear_scaling=False, attention_mechanism="IDENTITY"),
+        GlobalAvgPool(),
+        nl.Dense(),
+    )
+    assert torch.autograd.gradcheck(lambda a: arch.kernel(a).ntk, (x.requires_grad_(),))
+    k64 = arch.kernel(x.detach())
+    k32 = arch.kernel(x.detach().float())
+    assert k32.ntk.dtype == torch.float32
+    torch.testing.assert_close(k32.ntk.double(), k64.ntk, rtol=1e-5, atol=1e-6)

@@ -33,7 +33,8 @@ covariance :math:`\\sigma_{pe}^2 R` across positions, :math:`R_{gg'} = \\text{de
 (and the values with ``val_pos_emb``): the kernels they read become :math:`w_x K + w_{pe} R`,
 with :math:`w_x = 1, w_{pe} = \\sigma_{pe}^2` for ``"SUM"`` and the channel fractions
 :math:`w_x = C / (C + C_{pe})`, :math:`w_{pe} = \\sigma_{pe}^2 C_{pe} / (C + C_{pe})` for
-``"CONCAT"``.
+``"CONCAT"``. The embeddings are parameters too: the NTKs they read become :math:`w_x \\Theta
++ w_{pe} R`.
 
 The layer reads the covariances between every pair of positions (``mixes_space``), so the
 engine carries the full spatial covariance up to it; it writes the full covariance.
@@ -354,9 +355,6 @@ class GlobalSelfAttention(Layer):
             w_pos_emb_std=self.w_pos_emb_std,
             val_pos_emb=self.val_pos_emb,
         )
-
-    def _requires_grad(self) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
