@@ -2,7 +2,7 @@
 
 One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
 :mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
-:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
+:mod:`.attention`, :mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
 ``parallel``, ``FanIn*``, ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the
 carried state, validation, blocking, ``Architecture`` and ``serial``) and the fused CPU backend
 (:mod:`._fused`).
@@ -25,6 +25,7 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .attention import GlobalSelfAttention
 from .conv import Conv
 from .dense import Dense
 from .dropout import Dropout
@@ -80,6 +81,7 @@ __all__ = [
     "GaussianBump",
     "Gelu",
     "GlobalAvgPool",
+    "GlobalSelfAttention",
     "Hermite",
     "Identity",
     "Kernel",
