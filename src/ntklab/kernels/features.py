@@ -435,7 +435,12 @@ def plan_features(
                 walk.steps.append(Pool(None))
                 walk.spatial = ()
                 continue
-            pool = AvgPoolLayer(layer.window_shape, layer.strides, layer.padding)  # type: ignore[arg-type]
+            pool = AvgPoolLayer(
+                layer.window_shape,  # type: ignore[arg-type]
+                layer.strides,  # type: ignore[arg-type]
+                layer.padding,
+                normalize_edges=layer.normalize_edges,
+            )
             walk.steps.append(Pool(pool))
             walk.spatial = Linear(
                 1.0, None, pool.window_shape, pool.strides, pool.padding

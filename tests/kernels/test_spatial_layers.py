@@ -1,0 +1,382 @@
+"""Sum pooling, edge-normalized average pooling, resizing, indexing, locally connected and
+transposed convolutions: parity with neural-tangents, naive references, Monte Carlo of the
+finite modules, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ntklab as nl
+from ntklab.errors import NtklabTypeError, NtklabValueError
+from ntklab.kernels import (
+    AvgPool,
+    Conv,
+    ConvLocal,
+    ConvTranspose,
+    Flatten,
+    GlobalAvgPool,
+    GlobalSumPool,
+    ImageResize,
+    Index,
+    Slice,
+    SumPool,
+)
+from ntklab.kernels.spatial_maps import resize_matrix
+
+F64 = torch.float64
+REFERENCE = Path(__file__).parent.parent / "data" / "nt_reference_spatial.json"
+
+
+def _conv(layer: dict[str, Any]) -> nl.kernels.Layer:
+    kind = {"Conv": Conv, "ConvLocal": ConvLocal, "ConvTranspose": ConvTranspose}[layer["layer"]]
+    standard = layer["parameterization"] == "standard"
+    return kind(  # type: ignore[no-any-return]
+        layer["width"] if standard else None,
+        tuple(layer["filter"]),
+        tuple(layer["strides"]),
+        layer["padding"],
+        layer["w_std"],
+        layer["b_std"],
+        parameterization=layer["parameterization"],
+    )
+
+
+def _index(entries: list[Any]) -> Index:
+    spatial = [e if isinstance(e, int) else slice(*e) for e in entries]
+    return Index((slice(None), slice(None), *spatial))
+
+
+def build(spec: list[dict[str, Any]]) -> list[nl.kernels.Layer]:
+    """ntklab layers from the JSON architecture spec of make_nt_spatial_reference.py."""
+    layers: list[nl.kernels.Layer] = []
+    for layer in spec:
+        kind = layer["layer"]
+        if kind in ("Conv", "ConvLocal", "ConvTranspose"):
+            layers.append(_conv(layer))
+        elif kind == "Dense":
+            layers.append(
+                nl.Dense(
+                    w_std=layer["w_std"],
+                    b_std=layer["b_std"],
+                    parameterization=layer["parameterization"],
+                    width=layer["width"],
+                )
+            )
+        elif kind == "AvgPool":
+            window, strides = tuple(layer["window"]), tuple(layer["strides"])
+            layers.append(AvgPool(window, strides, layer["padding"], layer["normalize_edges"]))
+        elif kind == "SumPool":
+            window, strides = tuple(layer["window"]), tuple(layer["strides"])
+            layers.append(SumPool(window, strides, layer["padding"]))
+        elif kind == "ImageResize":
+            layers.append(ImageResize(tuple(layer["shape"]), layer["method"], layer["antialias"]))
+        elif kind == "Index":
+            layers.append(_index(layer["spatial"]))
+        else:
+            simple = {
+                "GlobalSumPool": GlobalSumPool,
+                "GlobalAvgPool": GlobalAvgPool,
+                "Flatten": Flatten,
+                "Relu": nl.Relu,
+                "Erf": nl.Erf,
+            }
+            layers.append(simple[kind]())
+    return layers
+
+
+def _cases() -> list[dict[str, Any]]:
+    return json.loads(REFERENCE.read_text())["cases"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
+def test_parity_with_neural_tangents(case: dict[str, Any]) -> None:
+    """Float64 NNGP and NTK agree with neural-tangents 0.6.5 to 1e-6 relative (reference
+    values from ``tests/data/make_nt_spatial_reference.py``)."""
+    arch = nl.serial(*build(case["architecture"]))
+    x1 = torch.tensor(case["x1"], dtype=F64)
+    x2 = None if case["x2"] is None else torch.tensor(case["x2"], dtype=F64)
+    k = arch.kernel(x1, x2)
+    torch.testing.assert_close(k.nngp, torch.tensor(case["nngp"], dtype=F64), rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(k.ntk, torch.tensor(case["ntk"], dtype=F64), rtol=1e-6, atol=1e-9)
+
+
+# ------------------------------------------------------------------ naive references
+
+
+def _images(n: int, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    return torch.randn(n, *shape, dtype=F64, generator=torch.Generator().manual_seed(seed))
+
+
+def _readout_kernel(layers: list[nl.kernels.Layer], top: nl.kernels.Layer) -> nl.Architecture:
+    return nl.serial(*layers, top, nl.Dense(w_std=1.3, b_std=0.0))
+
+
+@pytest.mark.parametrize(
+    ("window", "strides", "padding"),
+    [((2, 2), (2, 2), "VALID"), ((3, 2), (1, 2), "SAME"), ((2, 3), (1, 1), "CIRCULAR"), (3, 2, 1)],
+)
+def test_sum_pool_is_window_size_squared_times_avg_pool(
+    window: Any, strides: Any, padding: Any
+) -> None:
+    """Without bias after it, SumPool's NNGP and NTK are |f|^2 times AvgPool's."""
+    ndim = 1 if isinstance(window, int) else 2
+    size = math.prod((window,) if isinstance(window, int) else window)
+    x1, x2 = _images(3, (2, 7) if ndim == 1 else (2, 6, 5), 0), None
+    first = Conv(filter_shape=(3,) * ndim, w_std=1.4, b_std=0.2)
+    for top in (Flatten(), GlobalAvgPool()):
+        avg = _readout_kernel([first, nl.Relu(), AvgPool(window, strides, padding)], top)
+        sums = _readout_kernel([first, nl.Relu(), SumPool(window, strides, padding)], top)
+        ka, ks = avg.kernel(x1, x2), sums.kernel(x1, x2)
+        torch.testing.assert_close(ks.nngp, size**2 * ka.nngp)
+        torch.testing.assert_close(ks.ntk, size**2 * ka.ntk)
+
+
+def test_global_sum_pool_is_positions_squared_times_global_avg_pool() -> None:
+    x = _images(3, (2, 6, 5), 1)
+    body = [Conv(filter_shape=(3, 3), w_std=1.4, b_std=0.2), nl.Relu()]
+    ka = _readout_kernel(body, GlobalAvgPool()).kernel(x)
+    ks = _readout_kernel(body, GlobalSumPool()).kernel(x)
+    torch.testing.assert_close(ks.nngp, 30**2 * ka.nngp)
+    torch.testing.assert_close(ks.ntk, 30**2 * ka.ntk)
+
+
+LINEAR_MAPS = [
+    pytest.param(SumPool((2, 3), (1, 2), "SAME"), id="sum_pool"),
+    pytest.param(GlobalSumPool(), id="global_sum_pool"),
+    pytest.param(AvgPool((3, 3), (2, 1), (1, 1), normalize_edges=True), id="avg_pool_edges"),
+    pytest.param(AvgPool((3, 2), (2, 2), "SAME", normalize_edges=True), id="avg_pool_edges_same"),
+    pytest.param(ImageResize((9, 4)), id="resize_linear"),
+    pytest.param(ImageResize((3, -1), "linear", antialias=False), id="resize_no_antialias"),
+    pytest.param(ImageResize((4, 7), "nearest"), id="resize_nearest"),
+    pytest.param(Index(Slice[:, :, 1:5, ::-2]), id="index_slices"),
+    pytest.param(Index(Slice[..., -2]), id="index_int"),
+    pytest.param(Index(Slice[:, :, 3, 1]), id="index_all_axes"),
+]
+
+
+@pytest.mark.parametrize("layer", LINEAR_MAPS)
+def test_linear_map_kernel_equals_the_kernel_of_its_mapped_images(layer: nl.kernels.Layer) -> None:
+    """A parameter-free linear layer M: the kernel of [M, readout] on x is the kernel of the
+    readout on M(x) (its finite module), through the diagonal (Flatten) and the full
+    (GlobalAvgPool) layouts."""
+    x1, x2 = _images(3, (4, 6, 5), 2), _images(2, (4, 6, 5), 3)
+    module = layer.module(None, None, generator=None, dtype=F64, device=None)
+    m1, m2 = module(x1), module(x2)
+    for top in (Flatten(), GlobalAvgPool()):
+        k = _readout_kernel([layer], top).kernel(x1, x2)
+        readout = [top] if m1.ndim > 2 else []  # a flat M(x) goes straight to the Dense
+        reference = nl.serial(*readout, nl.Dense(w_std=1.3, b_std=0.0)).kernel(m1, m2)
+        torch.testing.assert_close(k.nngp, reference.nngp)
+
+
+def test_avg_pool_edges_module_matches_torch_count_include_pad_false() -> None:
+    x = _images(2, (3, 6, 5), 4)
+    ours = AvgPool((3, 3), (2, 1), (1, 1), normalize_edges=True).module(
+        None, None, generator=None, dtype=F64, device=None
+    )
+    torch.testing.assert_close(
+        ours(x), nn.AvgPool2d((3, 3), (2, 1), (1, 1), count_include_pad=False)(x)
+    )
+
+
+@pytest.mark.parametrize("size", [(9, 8), (4, 3), (13, 2), (3, 7)])
+def test_resize_matrices_match_torch_interpolate(size: tuple[int, int]) -> None:
+    """jax.image.resize's matrices equal torch's half-pixel interpolation: bilinear
+    (align_corners=False, with and without antialias) and nearest-exact."""
+    x = _images(2, (3, 6, 5), 5)
+    for method, antialias, mode in (
+        ("linear", True, "bilinear"),
+        ("linear", False, "bilinear"),
+        ("nearest", True, "nearest-exact"),
+    ):
+        rows = resize_matrix(6, size[0], method, antialias)  # type: ignore[arg-type]
+        cols = resize_matrix(5, size[1], method, antialias)  # type: ignore[arg-type]
+        ours = torch.einsum("ncij,hi,wj->nchw", x, rows, cols)
+        kwargs = {"align_corners": False, "antialias": antialias} if mode == "bilinear" else {}
+        torch.testing.assert_close(
+            ours, nn.functional.interpolate(x, size=size, mode=mode, **kwargs)
+        )
+
+
+@pytest.mark.parametrize("method", ["linear", "nearest"])
+def test_resize_after_a_conv_commutes_with_it(method: str) -> None:
+    """A 1x1 Conv (no bias) commutes with resizing, so [Conv, ImageResize] on x has the
+    kernel of [Conv] on the resized x. (neural-tangents 0.6.5 gets this case wrong: its
+    ImageResize reads a full-layout kernel in input axis order after a shared Conv has
+    reversed it.)"""
+    x = _images(3, (2, 6, 5), 6)
+    layer = ImageResize((9, 3), method)  # type: ignore[arg-type]
+    resized = layer.module(None, None, generator=None, dtype=F64, device=None)(x)
+    conv = Conv(filter_shape=(1, 1), w_std=1.2, b_std=0.0)
+    top = [GlobalAvgPool(), nl.Dense(w_std=1.1, b_std=0.1)]
+    k = nl.serial(conv, layer, *top).kernel(x)
+    reference = nl.serial(conv, *top).kernel(resized)
+    torch.testing.assert_close(k.nngp, reference.nngp)
+    torch.testing.assert_close(k.ntk, reference.ntk)
+
+
+def test_index_keeps_the_diagonal_layout_and_resize_nearest_too() -> None:
+    """Selecting positions runs on the spatial diagonal (no full covariance needed), linear
+    resizing does not."""
+    assert not Index(Slice[:, :, 1:]).mixes_space
+    assert not ImageResize((9, 9), "nearest").mixes_space
+    assert ImageResize((9, 9), "linear").mixes_space
+    assert not ImageResize((-1, -1), "linear").mixes_space
+
+
+# ------------------------------------------------------------------ finite modules
+
+
+def _output_covariance(arch: nl.Architecture, x: torch.Tensor, nets: int) -> tuple[Any, Any]:
+    """Mean and standard error over ``nets`` networks of the per-network average of
+    ``f(x) f(x)^T`` over 16 readout units."""
+    gen = torch.Generator().manual_seed(0)
+    draws = []
+    with torch.no_grad():
+        for _ in range(nets):
+            net = arch.to_torch(12, 16, generator=gen, dtype=F64)
+            out = net(x)  # shape: (n, 16)
+            draws.append(out @ out.T / out.shape[1])
+    stack = torch.stack(draws)
+    return stack.mean(0), stack.std(0) / math.sqrt(nets)
+
+
+MONTE_CARLO = [
+    # a linear layer after the only nonlinearity: the output covariance is exact at any width
+    pytest.param(
+        [
+            Conv(None, (3, 3), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            ConvLocal(None, (3, 2), w_std=1.3, b_std=0.2),
+            GlobalAvgPool(),
+        ],
+        id="conv_local_full_layout",
+    ),
+    pytest.param(
+        [ConvLocal(None, (2, 3), (2, 1), "CIRCULAR", 1.5, 0.3), nl.Relu(), Flatten()],
+        id="conv_local_first_circular",
+    ),
+    pytest.param(
+        [
+            Conv(None, (3, 3), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            ConvTranspose(None, (2, 3), (2, 1), "SAME", 1.2, 0.2),
+            GlobalAvgPool(),
+        ],
+        id="conv_transpose_same_full_layout",
+    ),
+    pytest.param(
+        [
+            Conv(None, (3, 3), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            ConvTranspose(None, (3, 3), (2, 2), "CIRCULAR", 1.2, None),
+            GlobalAvgPool(),
+        ],
+        id="conv_transpose_circular",
+    ),
+    pytest.param(
+        [ConvTranspose(None, (2,), (3,), "VALID", 1.2, 0.1), nl.Relu(), Flatten()],
+        id="conv_transpose_1d_small_filter",
+    ),
+    pytest.param(
+        [ConvTranspose(None, (3, 3), (2, 2), 1, 1.2, 0.1), nl.Relu(), Flatten()],
+        id="conv_transpose_int_padding",
+    ),
+]
+
+
+@pytest.mark.parametrize("layers", MONTE_CARLO)
+def test_finite_networks_output_covariance_matches_nngp(layers: list[nl.kernels.Layer]) -> None:
+    """The average of f(x) f(x)^T over 200 random finite networks (``to_torch``) is the
+    NNGP within 4 standard errors, and twice the NNGP is not."""
+    ndim = 1 if len(layers[0].filter_shape) == 1 else 2  # type: ignore[attr-defined]
+    x = _images(3, (2, 7) if ndim == 1 else (2, 5, 4), 7)
+    arch = nl.serial(*layers, nl.Dense(w_std=1.1, b_std=0.1))
+    nngp = arch.kernel(x).nngp
+    mean, se = _output_covariance(arch, x, 200)
+    assert bool(((mean - nngp).abs() <= 4 * se + 1e-12).all()), (mean, nngp, se)
+    assert bool(((mean - 2 * nngp).abs() > 4 * se).any())
+
+
+def test_conv_transpose_module_has_torch_geometry() -> None:
+    """With int pads (VALID when f >= s), ConvTransposeLayer is torch's conv_transpose2d
+    with the NTK scale."""
+    x = _images(2, (3, 5, 4), 8)
+    for padding, torch_pad in (("VALID", 0), (1, 1), ((2, 0), (2, 0))):
+        mod = ConvTranspose(4, (3, 2), (2, 2), padding, 1.3, None).module(
+            None, None, generator=torch.Generator().manual_seed(0), dtype=F64, device=None
+        )
+        out = mod(x)
+        ref = nn.functional.conv_transpose2d(x, mod.weight, stride=(2, 2), padding=torch_pad)
+        torch.testing.assert_close(out, ref * 1.3 / math.sqrt(3 * 6))
+
+
+def test_conv_local_module_has_independent_filters_per_position() -> None:
+    """A ConvLocalLayer whose filters are all set to one filter is that convolution."""
+    x = _images(2, (3, 6, 5), 9)
+    local = ConvLocal(4, (3, 2), (2, 1), "SAME", 1.3, 0.2).module(
+        None, None, generator=torch.Generator().manual_seed(0), dtype=F64, device=None
+    )
+    shared = Conv(4, (3, 2), (2, 1), "SAME", 1.3, 0.2).module(
+        None, None, generator=torch.Generator().manual_seed(0), dtype=F64, device=None
+    )
+    local(x), shared(x)
+    with torch.no_grad():
+        local.weight.copy_(shared.weight.reshape(4, -1).expand_as(local.weight))
+        local.bias.copy_(shared.bias[:, None, None].expand_as(local.bias))
+    torch.testing.assert_close(local(x), shared(x))
+    with pytest.raises(NtklabValueError, match="spatial shape"):
+        local(_images(2, (3, 8, 5), 9))
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: SumPool((2, 2, 2)), NtklabValueError, "window_shape"),
+        (lambda: SumPool((2, 2), padding="FULL"), NtklabValueError, "padding"),
+        (lambda: AvgPool((2, 2), normalize_edges=1), NtklabTypeError, "normalize_edges"),
+        (lambda: ImageResize((4, 4), "cubic"), NtklabValueError, "linear' or 'nearest"),
+        (lambda: ImageResize((4, 4), "area"), NtklabValueError, "method"),
+        (lambda: ImageResize((-1, -1, 4, 4)), NtklabValueError, "spatial axes only"),
+        (lambda: ImageResize((0, 4)), NtklabValueError, "shape"),
+        (lambda: ImageResize(2.5), NtklabTypeError, "shape"),
+        (lambda: ImageResize((4, 4), antialias="yes"), NtklabTypeError, "antialias"),
+        (lambda: Index(Slice[:, 1:]), NtklabValueError, "infinite-width"),
+        (lambda: Index(Slice[::2]), NtklabValueError, "batch"),
+        (lambda: Index(Slice[..., 1.5]), NtklabTypeError, "ints, slices"),
+        (lambda: Index(Slice[..., 0, ...]), NtklabValueError, "Ellipsis"),
+        (lambda: ConvLocal(8, (3, 3, 3)), NtklabValueError, "filter_shape"),
+        (lambda: ConvTranspose(8, (3, 3), padding="FULL"), NtklabValueError, "padding"),
+        (lambda: ConvTranspose(-1, (3, 3)), NtklabValueError, "width"),
+    ],
+)
+def test_bad_arguments_are_refused(make: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("layers", "x_shape", "match"),
+    [
+        ([Index(Slice[:, :, 9]), Flatten()], (2, 6, 5), "index in"),
+        ([Index(Slice[:, :, 7:]), Flatten()], (2, 6, 5), "at least one position"),
+        ([Index(Slice[:, :, :, :, 1]), Flatten()], (2, 6, 5), "at most 4 entries"),
+        ([Index(Slice[..., 1]), nl.Dense()], (6,), "Index: expected images"),
+        ([ImageResize((4,)), Flatten()], (2, 6, 5), "3-D tensor"),
+        ([ConvTranspose(None, (2, 2), padding=3), Flatten()], (2, 3, 3), "output position"),
+        ([ConvLocal(None, (3,)), Flatten()], (2, 6, 5), "3-D tensor"),
+    ],
+)
+def test_bad_inputs_are_refused(layers: list[Any], x_shape: tuple[int, ...], match: str) -> None:
+    with pytest.raises(NtklabValueError, match=match):
+        nl.serial(*layers, nl.Dense()).kernel(_images(2, x_shape, 0))
