@@ -380,3 +380,86 @@ def test_bad_arguments_are_refused(make: Any, error: type[Exception], match: str
 def test_bad_inputs_are_refused(layers: list[Any], x_shape: tuple[int, ...], match: str) -> None:
     with pytest.raises(NtklabValueError, match=match):
         nl.serial(*layers, nl.Dense()).kernel(_images(2, x_shape, 0))
+
+
+# ------------------------------------------------------------------ from_torch
+
+
+@pytest.mark.parametrize(
+    ("module", "x_shape"),
+    [
+        (nn.AvgPool2d(3, 2, 1, count_include_pad=False), (2, 6, 5)),
+        (nn.AvgPool2d(2, divisor_override=1), (2, 6, 5)),
+        (nn.AvgPool1d(3, 2, 1, count_include_pad=False), (2, 7)),
+        (nn.Upsample(size=(9, 7), mode="bilinear"), (2, 6, 5)),
+        (nn.Upsample(size=(4, 3), mode="bilinear"), (2, 6, 5)),
+        (nn.Upsample(size=(4, 11), mode="nearest-exact"), (2, 6, 5)),
+        (nn.Upsample(size=11, mode="linear"), (2, 7)),
+    ],
+)
+def test_from_torch_reads_pooling_and_upsampling_as_torch_computes_them(
+    module: nn.Module, x_shape: tuple[int, ...]
+) -> None:
+    """[M, Flatten, Linear] read by from_torch has the kernel of [Flatten, Linear] on the
+    torch output M(x)."""
+    x = _images(3, x_shape, 10)
+    mx = module(x)
+    features = math.prod(mx.shape[1:])
+    arch = nl.kernels.from_torch(nn.Sequential(module, nn.Flatten(), nn.Linear(features, 1)))
+    reference = nl.kernels.from_torch(nn.Sequential(nn.Flatten(), nn.Linear(features, 1)))
+    torch.testing.assert_close(arch.kernel(x).nngp, reference.kernel(mx).nngp)
+    torch.testing.assert_close(arch.kernel(x).ntk, reference.kernel(mx).ntk)
+
+
+def test_from_torch_conv_transpose_has_the_variance_of_torch_initialization() -> None:
+    """Output covariance of torch-initialized nn.ConvTranspose2d layers (linear, so exact in
+    expectation for their uniform weights) is the NNGP that from_torch reads."""
+    x = _images(3, (4, 4, 3), 11)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        layers = [
+            nn.ConvTranspose2d(4, 64, (3, 2), stride=2, padding=1).double() for _ in range(40)
+        ]
+    arch = nl.kernels.from_torch(nn.Sequential(layers[0], nn.Flatten()))
+    nngp = arch.kernel(x).nngp
+    with torch.no_grad():
+        draws = []
+        for layer in layers:
+            out = layer(x).flatten(1)  # channels and positions: the average Flatten takes
+            draws.append(out @ out.T / out.shape[1])
+    stack = torch.stack(draws)
+    mean, se = stack.mean(0), stack.std(0) / math.sqrt(len(draws))
+    assert bool(((mean - nngp).abs() <= 4 * se).all()), (mean, nngp, se)
+    assert bool(((mean - 1.5 * nngp).abs() > 4 * se).any())
+
+
+def test_from_torch_round_trips_the_new_finite_modules() -> None:
+    arch = nl.serial(
+        ConvLocal(8, (3, 3)),
+        nl.Relu(),
+        ConvTranspose(4, (2, 2), (2, 2)),
+        SumPool((2, 2)),
+        ImageResize((5, 5)),
+        Index(Slice[..., 1:]),
+        AvgPool((2, 2), (1, 1), "SAME", normalize_edges=True),
+        GlobalSumPool(),
+        nl.Dense(1),
+    )
+    net = arch.to_torch(8, dtype=F64)
+    net(_images(2, (2, 5, 5), 12))  # materialize the lazy modules
+    assert nl.kernels.from_torch(net).layers == arch.layers
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        nn.Upsample(scale_factor=2, mode="bilinear"),
+        nn.Upsample(size=(4, 4), mode="nearest"),
+        nn.Upsample(size=(4, 4), mode="bilinear", align_corners=True),
+        nn.ConvTranspose2d(2, 4, 3, output_padding=1, stride=2),
+        nn.AvgPool2d(2, divisor_override=3),
+    ],
+)
+def test_from_torch_refuses_what_has_no_counterpart(module: nn.Module) -> None:
+    with pytest.raises(NtklabValueError, match=type(module).__name__):
+        nl.kernels.from_torch(nn.Sequential(nn.Conv2d(2, 2, 1), module))

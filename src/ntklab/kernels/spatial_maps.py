@@ -35,6 +35,7 @@ __all__ = [
     "Index",
     "IndexLayer",
     "Slice",
+    "index_entries",
     "resize_matrix",
 ]
 
@@ -277,7 +278,7 @@ Slice = _Slice()
 IndexEntry = int | slice
 
 
-def _entries(idx: object, ndim: int) -> tuple[IndexEntry, ...]:
+def index_entries(idx: object, ndim: int) -> tuple[IndexEntry, ...]:
     """The index ``idx`` of an ``ndim``-D batch, one int or slice per axis (Ellipsis and
     missing trailing entries expanded to ``:``)."""
     items = idx if isinstance(idx, tuple) else (idx,)
@@ -367,7 +368,7 @@ class Index(Layer):
     idx: Any
 
     def __post_init__(self) -> None:
-        items = _entries(self.idx, 64)  # types and Ellipsis; lengths are checked on use
+        items = index_entries(self.idx, 64)  # types and Ellipsis; lengths are checked on use
         for axis, name in ((0, "the batch"), (1, "the channels")):
             if items[axis] != slice(None):
                 raise NtklabValueError(
@@ -389,7 +390,7 @@ class Index(Layer):
         return True
 
     def _selections(self, sizes: tuple[int, ...]) -> list[int | list[int]]:
-        items = _entries(self.idx, len(sizes) + 2)[2:]
+        items = index_entries(self.idx, len(sizes) + 2)[2:]
         return [
             _positions(entry, size, f"spatial axis {k}")
             for k, (entry, size) in enumerate(zip(items, sizes, strict=True))
