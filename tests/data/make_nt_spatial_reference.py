@@ -25,6 +25,8 @@ JSON layout: ``cases``: a list of ``{name, seed, x1, x2, architecture, nngp, ntk
   step]`` (``null`` for a missing bound), NT ``Index((slice(None), *spatial,
   slice(None)))``;
 - ``{"layer": "ConvLocal" | "ConvTranspose", ...}`` with the fields of ``Conv``.
+
+Cases with 3-D filters take inputs ``(n, C, D, H, W)`` (NT's ``NDHWC``).
 """
 
 import os
@@ -442,6 +444,38 @@ CASES = [
             },
         ],
     ),
+    # ---------------------------------------------------------------- 3-D convolutions
+    (
+        "conv3d_flatten",
+        3,
+        [conv((2, 2, 2)), RELU, conv((3, 2, 2), (2, 1, 1), "VALID"), RELU, FLATTEN, dense()],
+    ),
+    (
+        "conv3d_pool_circular_gap",
+        3,
+        [
+            conv((3, 3, 3)),
+            RELU,
+            pool("AvgPool", (2, 2, 2), (1, 1, 1)),
+            conv((2, 2, 2), padding="CIRCULAR"),
+            RELU,
+            GAP,
+            dense(),
+        ],
+    ),
+    (
+        "conv3d_transpose_sumpool",
+        3,
+        [
+            conv((2, 2, 2)),
+            RELU,
+            conv((2, 2, 2), (2, 1, 1), "SAME", kind="ConvTranspose"),
+            RELU,
+            pool("SumPool", (2, 2, 2), (2, 2, 2)),
+            GAP,
+            dense(),
+        ],
+    ),
 ]
 
 
@@ -449,7 +483,7 @@ def main() -> None:
     cases = []
     for seed, (name, ndim, spec) in enumerate(CASES):
         rng = np.random.default_rng(300 + seed)
-        shape = (2, 6, 5) if ndim == 2 else (2, 7)
+        shape = {1: (2, 7), 2: (2, 6, 5), 3: (2, 4, 4, 3)}[ndim]
         x1 = rng.standard_normal((3, *shape))
         x2 = rng.standard_normal((2, *shape))
         _, _, kernel_fn = to_stax(spec)

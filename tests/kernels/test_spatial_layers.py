@@ -289,6 +289,19 @@ MONTE_CARLO = [
         [ConvTranspose(None, (3, 3), (2, 2), 1, 1.2, 0.1), nl.Relu(), Flatten()],
         id="conv_transpose_int_padding",
     ),
+    pytest.param(
+        [Conv(None, (2, 3, 2), (1, 2, 1), "SAME", 1.4, 0.1), nl.Relu(), GlobalAvgPool()],
+        id="conv3d",
+    ),
+    pytest.param(
+        [
+            Conv(None, (2, 2, 2), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            ConvTranspose(None, (2, 1, 2), (2, 1, 1), "VALID", 1.2, 0.2),
+            Flatten(),
+        ],
+        id="conv_transpose_3d",
+    ),
 ]
 
 
@@ -296,8 +309,8 @@ MONTE_CARLO = [
 def test_finite_networks_output_covariance_matches_nngp(layers: list[nl.kernels.Layer]) -> None:
     """The average of f(x) f(x)^T over 200 random finite networks (``to_torch``) is the
     NNGP within 4 standard errors, and twice the NNGP is not."""
-    ndim = 1 if len(layers[0].filter_shape) == 1 else 2  # type: ignore[attr-defined]
-    x = _images(3, (2, 7) if ndim == 1 else (2, 5, 4), 7)
+    ndim = len(layers[0].filter_shape)  # type: ignore[attr-defined]
+    x = _images(3, {1: (2, 7), 2: (2, 5, 4), 3: (2, 4, 3, 3)}[ndim], 7)
     arch = nl.serial(*layers, nl.Dense(w_std=1.1, b_std=0.1))
     nngp = arch.kernel(x).nngp
     mean, se = _output_covariance(arch, x, 200)
@@ -342,7 +355,8 @@ def test_conv_local_module_has_independent_filters_per_position() -> None:
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda: SumPool((2, 2, 2)), NtklabValueError, "window_shape"),
+        (lambda: SumPool((2, 2, 2, 2)), NtklabValueError, "window_shape"),
+        (lambda: Conv(8, (2, 2, 2, 2)), NtklabValueError, "filter_shape"),
         (lambda: SumPool((2, 2), padding="FULL"), NtklabValueError, "padding"),
         (lambda: AvgPool((2, 2), normalize_edges=1), NtklabTypeError, "normalize_edges"),
         (lambda: ImageResize((4, 4), "cubic"), NtklabValueError, "linear' or 'nearest"),
@@ -463,3 +477,21 @@ def test_from_torch_round_trips_the_new_finite_modules() -> None:
 def test_from_torch_refuses_what_has_no_counterpart(module: nn.Module) -> None:
     with pytest.raises(NtklabValueError, match=type(module).__name__):
         nl.kernels.from_torch(nn.Sequential(nn.Conv2d(2, 2, 1), module))
+
+
+def test_from_torch_reads_3d_convolutions_and_pooling() -> None:
+    net = nn.Sequential(
+        nn.Conv3d(2, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AvgPool3d(2, divisor_override=1),
+        nn.Flatten(),
+        nn.Linear(4 * 8, 1),
+    )
+    arch = nl.kernels.from_torch(net)
+    s3 = 1 / math.sqrt(3)
+    assert arch.layers[:3] == (
+        Conv(4, (3, 3, 3), (1, 1, 1), (1, 1, 1), s3, (3 * 54) ** -0.5, parameterization="standard"),
+        nl.Relu(),
+        SumPool((2, 2, 2), (2, 2, 2), (0, 0, 0)),
+    )
+    assert arch.kernel(_images(2, (2, 4, 4, 4), 13)).ntk.shape == (2, 2)

@@ -65,7 +65,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Conv(Layer):
-    """Convolution over the channels of 1-D or 2-D inputs (``nn.Conv1d``/``nn.Conv2d``).
+    """Convolution over the channels of 1-D, 2-D or 3-D inputs (``nn.Conv1d``/``nn.Conv2d``/
+    ``nn.Conv3d``).
 
     The positional arguments are those of neural-tangents' ``stax.Conv(out_chan,
     filter_shape, strides, padding, W_std, b_std)``: ``Conv(64, (3, 3))`` is 64 channels of
@@ -138,9 +139,9 @@ class Conv(Layer):
                 break
         filt = as_tuple("filter_shape", self.filter_shape, ndim)
         ndim = len(filt)
-        if ndim not in (1, 2):
+        if ndim not in (1, 2, 3):
             raise NtklabValueError(
-                f"filter_shape: expected 1 or 2 spatial dimensions, got {ndim}: {filt}"
+                f"filter_shape: expected 1, 2 or 3 spatial dimensions, got {ndim}: {filt}"
             )
         strides = (1,) * ndim if self.strides is None else as_tuple("strides", self.strides, ndim)
         check_padding(self.padding, ndim)
@@ -237,8 +238,12 @@ class Conv(Layer):
         )
 
 
+CONVOLUTIONS = {1: nn.functional.conv1d, 2: nn.functional.conv2d, 3: nn.functional.conv3d}
+"""torch's convolution for each number of spatial dimensions."""
+
+
 class ConvLayer(LazyModuleMixin, nn.Module):
-    """A 1-D or 2-D convolution in NTK or standard parameterization.
+    """A 1-D, 2-D or 3-D convolution in NTK or standard parameterization.
 
     NTK parameterization: unit Gaussian ``weight`` ``(out, C, *f)`` and ``bias``, and
     :math:`y = \\sigma_w W * x / \\sqrt{C |f|} + \\sigma_b b`. Standard:
@@ -334,7 +339,7 @@ class ConvLayer(LazyModuleMixin, nn.Module):
     def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
         x = pad_images(input, self.filter_shape, self.strides, self.padding)
-        conv = nn.functional.conv1d if len(self.filter_shape) == 1 else nn.functional.conv2d
+        conv = CONVOLUTIONS[len(self.filter_shape)]
         if self.parameterization == "standard":
             return conv(x, self.weight, self.bias, stride=self.strides)
         out = conv(x, self.weight, stride=self.strides) * (self.w_std / math.sqrt(self.fan_in))
@@ -422,6 +427,11 @@ class ConvLocal(Layer):
 
     def __post_init__(self) -> None:
         rule = Conv(**_conv_arguments(self))  # type: ignore[arg-type]  # validates them
+        if len(rule.filter_shape) == 3:  # type: ignore[arg-type]
+            raise NtklabValueError(
+                f"filter_shape: expected 1 or 2 spatial dimensions for ConvLocal (its module "
+                f"unfolds patches with nn.functional.unfold), got {rule.filter_shape}"
+            )
         object.__setattr__(self, "filter_shape", rule.filter_shape)
         object.__setattr__(self, "strides", rule.strides)
         object.__setattr__(self, "padding", rule.padding)
@@ -746,11 +756,11 @@ class ConvTransposeLayer(ConvLayer):
 
     def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
-        conv = (
-            nn.functional.conv_transpose1d
-            if len(self.filter_shape) == 1
-            else nn.functional.conv_transpose2d
-        )
+        conv = {
+            1: nn.functional.conv_transpose1d,
+            2: nn.functional.conv_transpose2d,
+            3: nn.functional.conv_transpose3d,
+        }[len(self.filter_shape)]
         x = conv(input, self.weight, stride=self.strides)  # the full length (n - 1) s + f
         for k, (f, s) in enumerate(zip(self.filter_shape, self.strides, strict=True)):
             size = int(input.shape[2 + k])

@@ -407,7 +407,9 @@ def check_images(
             )
         ndims = (2, 3, 4) if spatial_ndim is None else (spatial_ndim + 2,)
         if x.ndim not in ndims:
-            want = {3: "(n, C, L)", 4: "(n, C, H, W)"}.get(ndims[-1], "(n, d)")
+            want = {3: "(n, C, L)", 4: "(n, C, H, W)", 5: "(n, C, D, H, W)"}.get(
+                ndims[-1], "(n, d)"
+            )
             if spatial_ndim is None:
                 want = "(n, d), (n, C, L) or (n, C, H, W)"
             raise NtklabValueError(

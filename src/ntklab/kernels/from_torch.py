@@ -157,7 +157,7 @@ _MONTE_CARLO = (
 )
 
 # spatial rank of the representation while reading: None unknown (at the input), 0 flat,
-# 1 or 2 spatial dimensions; "pooled": after AdaptiveAvgPool(1), before Flatten.
+# 1, 2 or 3 spatial dimensions; "pooled": after AdaptiveAvgPool(1), before Flatten.
 _Rank = int | str | None
 
 
@@ -290,10 +290,10 @@ class _Reader:
             ((ResidualBlock,), self._residual),
             ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
-            ((nn.Conv1d, nn.Conv2d), self._conv),
+            ((nn.Conv1d, nn.Conv2d, nn.Conv3d), self._conv),
             ((nn.ConvTranspose1d, nn.ConvTranspose2d), self._conv_transpose),
             ((nn.Upsample,), self._upsample),
-            ((nn.AvgPool1d, nn.AvgPool2d), self._avg_pool),
+            ((nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d), self._avg_pool),
             ((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d), self._adaptive_pool),
             ((nn.Flatten,), self._flatten),
             ((nn.LayerNorm,), self._layer_norm),
@@ -352,7 +352,7 @@ class _Reader:
         ], 0
 
     def _conv(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.Conv1d) else 2
+        ndim = len(mod.kernel_size)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         if mod.groups != 1 or any(d != 1 for d in mod.dilation):
             raise _unsupported(mod, path, "grouped or dilated convolutions are not supported")
@@ -431,7 +431,7 @@ class _Reader:
 
     # ------------------------------------------------------------------ parameter-free
     def _avg_pool(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.AvgPool1d) else 2
+        ndim = {nn.AvgPool1d: 1, nn.AvgPool2d: 2}.get(type(mod), 3)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         divisor = getattr(mod, "divisor_override", None)
         if mod.ceil_mode or divisor not in (None, 1):
@@ -461,7 +461,7 @@ class _Reader:
             return [mod.layer], ndim
         if not isinstance(rank, int):
             return [mod.layer], None
-        _require_rank(mod, path, rank, (1, 2), "it indexes spatial dimensions")
+        _require_rank(mod, path, rank, (1, 2, 3), "it indexes spatial dimensions")
         ints = sum(isinstance(e, int) for e in index_entries(mod.layer.idx, rank + 2))
         return [mod.layer], rank - ints
 
@@ -521,7 +521,7 @@ class _Reader:
         return [GlobalAvgPool()], "pooled"
 
     def _global_pool_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        _require_rank(mod, path, rank, (1, 2), "it pools over spatial dimensions")
+        _require_rank(mod, path, rank, (1, 2, 3), "it pools over spatial dimensions")
         return [GlobalSumPool() if isinstance(mod, GlobalSumPoolLayer) else GlobalAvgPool()], 0
 
     def _flatten(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:

@@ -106,9 +106,9 @@ class _WindowPool(Layer):
                 ndim = len(v)
                 break
         window = as_tuple("window_shape", self.window_shape, ndim)
-        if len(window) not in (1, 2):
+        if len(window) not in (1, 2, 3):
             raise NtklabValueError(
-                f"window_shape: expected 1 or 2 spatial dimensions, got {len(window)}: {window}"
+                f"window_shape: expected 1, 2 or 3 spatial dimensions, got {len(window)}: {window}"
             )
         strides = window if self.strides is None else as_tuple("strides", self.strides, len(window))
         check_padding(self.padding, len(window))
@@ -384,7 +384,9 @@ class Flatten(Layer):
 
 
 def _pool_layer(x: Tensor, window: tuple[int, ...], strides: tuple[int, ...]) -> Tensor:
-    pool = nn.functional.avg_pool1d if len(window) == 1 else nn.functional.avg_pool2d
+    pool = {1: nn.functional.avg_pool1d, 2: nn.functional.avg_pool2d, 3: nn.functional.avg_pool3d}[
+        len(window)
+    ]
     out: Tensor = pool(x, window, strides)
     return out
 
