@@ -285,6 +285,20 @@ CASES = [
             dense(),
         ],
     ),
+    (
+        "index_drop_axis_then_conv1d",
+        2,
+        [
+            conv((3, 3)),
+            RELU,
+            index(2, [None, None, None]),
+            conv((2,), padding="VALID"),
+            RELU,
+            pool("AvgPool", (2,), (1,)),
+            GAP,
+            dense(),
+        ],
+    ),
     # ---------------------------------------------------------------- locally connected
     (
         "conv_local_flatten",

@@ -502,9 +502,9 @@ class ConvLocalLayer(ConvLayer):
 
     NTK parameterization: :math:`y_p = \\sigma_w W_p x_{[p]} / \\sqrt{C |f|} + \\sigma_b b_p`
     with unit Gaussian ``W, b``; standard: :math:`W_p \\sim N(0, \\sigma_w^2 / (C |f|))`,
-    :math:`b_p \\sim N(0, \\sigma_b^2)`. The input channels and the output positions are
-    read from the first batch when ``in_channels=None`` (the parameters depend on the
-    spatial shape).
+    :math:`b_p \\sim N(0, \\sigma_b^2)`. The parameters depend on the spatial shape, so they
+    are created on the first forward call (always lazy; a given ``in_channels`` is checked
+    against that batch's channels).
     """
 
     def __init__(

@@ -236,6 +236,12 @@ class Layer(ABC):
         return False
 
     @property
+    def drops_spatial_axes(self) -> bool:
+        """Whether the layer removes spatial axes (``Index`` with an int entry): the layers
+        after it act on fewer spatial dimensions than the input has."""
+        return any(layer.drops_spatial_axes for layer in self.sublayers)
+
+    @property
     def passes_through(self) -> bool:
         """Whether the layer only averages or reshapes (pooling, ``Flatten``, ``Dropout``,
         ``Identity``): a normalization's gain may reach a ``Dense`` through it."""
@@ -373,7 +379,8 @@ def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
 
 
 def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
-    """The number of spatial dimensions the architecture's Conv/AvgPool layers expect."""
+    """The number of spatial dimensions the architecture's Conv/AvgPool layers expect of
+    its inputs (those after a layer that drops spatial axes check theirs when they run)."""
     dims: set[int] = set()
 
     def collect(items: Sequence[Layer]) -> None:
@@ -382,6 +389,8 @@ def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
                 collect(layer.sublayers)
             elif layer.spatial_ndim is not None:
                 dims.add(layer.spatial_ndim)
+            if layer.drops_spatial_axes:
+                return
 
     collect(layers)
     if len(dims) > 1:

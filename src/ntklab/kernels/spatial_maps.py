@@ -351,9 +351,8 @@ class Index(Layer):
     Selecting positions maps the covariance of each pair of positions to itself,
     :math:`K'_{hh'} = K_{\\pi(h) \\pi(h')}`: it runs on the full covariance or on its
     diagonal. An int index removes a spatial axis (all of them: a flat ``(n, C)``
-    representation); layers after it that name their spatial dimensionality (``Conv``,
-    ``AvgPool``) must then have the input's, so drop axes only before ``Flatten``,
-    ``GlobalAvgPool`` or ``Dense``.
+    representation); the layers after it act on the remaining axes (``Index(Slice[:, :,
+    0])`` on ``(n, C, H, W)`` images, then 1-D convolutions).
 
     Examples
     --------
@@ -388,6 +387,11 @@ class Index(Layer):
     @property
     def passes_through(self) -> bool:
         return True
+
+    @property
+    def drops_spatial_axes(self) -> bool:
+        items = self.idx if isinstance(self.idx, tuple) else (self.idx,)
+        return any(isinstance(item, int) for item in items)
 
     def _selections(self, sizes: tuple[int, ...]) -> list[int | list[int]]:
         items = index_entries(self.idx, len(sizes) + 2)[2:]
