@@ -495,3 +495,33 @@ def test_from_torch_reads_3d_convolutions_and_pooling() -> None:
         SumPool((2, 2, 2), (2, 2, 2), (0, 0, 0)),
     )
     assert arch.kernel(_images(2, (2, 4, 4, 4), 13)).ntk.shape == (2, 2)
+
+
+# ------------------------------------------------------------------ memory blocks
+
+
+def test_memory_blocks_are_sized_at_the_largest_image_of_the_chain() -> None:
+    """Upsampling layers enlarge the carried covariance: blocks are sized at the largest
+    spatial shape (ConvTranspose's before its CIRCULAR fold), and blocked kernels equal the
+    unblocked one."""
+    from ntklab.kernels.engine import block_bytes, peak_spatial_shape
+
+    up = [
+        Conv(filter_shape=(3, 3)),
+        nl.Relu(),
+        ConvTranspose(None, (3, 3), (2, 2), "CIRCULAR"),
+        ImageResize((20, -1)),
+        nl.Relu(),
+        GlobalAvgPool(),
+        nl.Dense(),
+    ]
+    assert peak_spatial_shape(up, (5, 4)) == (20, 9)  # VALID (11, 9), folded (10, 8), resized
+    x1, x2 = _images(3, (2, 5, 4), 14), _images(2, (2, 5, 4), 15)
+    arch = nl.serial(*up)
+    one_pair = block_bytes(x1, 1, 1, True, (20, 9))
+    assert one_pair > 30 * block_bytes(x1, 1, 1, True)  # (22 * 11)^2 / (7 * 6)^2 positions
+    with pytest.raises(NtklabValueError, match=f"at least {one_pair} bytes"):
+        arch.kernel(x1, x2, max_memory=one_pair - 1)
+    whole = arch.kernel(x1, x2)
+    blocked = arch.kernel(x1, x2, max_memory=2 * one_pair)
+    torch.testing.assert_close(blocked.ntk, whole.ntk)

@@ -710,6 +710,17 @@ class ConvTranspose(Layer):
     def _requires_grad(self) -> bool:
         return self._rule._requires_grad()
 
+    def spatial_shape_after(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        rule = self._rule
+        filt, strides = rule._filter, rule._strides
+        if len(shape) != len(filt):
+            return shape
+        padding = "VALID" if self.padding == "CIRCULAR" else self.padding  # before the fold
+        return tuple(
+            max(size, transpose_geometry(padding, size, f, s, k)[1])
+            for k, (size, f, s) in enumerate(zip(shape, filt, strides, strict=True))
+        )
+
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
         require_spatial("ConvTranspose", state, len(self.filter_shape))  # type: ignore[arg-type]
         return self._rule.propagate(state, inplace=inplace)

@@ -177,6 +177,11 @@ class ImageResize(Layer):
     def passes_through(self) -> bool:
         return True
 
+    def spatial_shape_after(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(shape) != len(self._shape):
+            return shape
+        return tuple(s if t == -1 else t for s, t in zip(shape, self._shape, strict=True))
+
     def matrices(self, sizes: tuple[int, ...], x: Tensor) -> list[Tensor | None]:
         """The resize matrix of each spatial axis of sizes ``sizes`` (``None``: unchanged)."""
         out: list[Tensor | None] = []
