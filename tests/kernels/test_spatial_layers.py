@@ -525,3 +525,36 @@ def test_memory_blocks_are_sized_at_the_largest_image_of_the_chain() -> None:
     whole = arch.kernel(x1, x2)
     blocked = arch.kernel(x1, x2, max_memory=2 * one_pair)
     torch.testing.assert_close(blocked.ntk, whole.ntk)
+
+
+def test_kernels_are_differentiable_in_inputs_and_scales() -> None:
+    """gradcheck through every new layer, in the inputs and in a tensor-valued w_std; float32
+    inputs give float32 kernels."""
+    arch = nl.serial(
+        ConvLocal(None, (2, 2), w_std=1.3, b_std=0.1),
+        nl.Erf(),
+        ConvTranspose(None, (2, 2), (2, 1), "CIRCULAR", 1.2, 0.1),
+        SumPool((2, 2), (1, 1)),
+        ImageResize((5, 4)),
+        Index(Slice[..., ::-1]),
+        AvgPool((2, 2), (1, 1), "SAME", normalize_edges=True),
+        GlobalSumPool(),
+        nl.Dense(w_std=1.1, b_std=0.1),
+    )
+    x1 = _images(2, (2, 3, 3), 16).requires_grad_()
+    x2 = _images(2, (2, 3, 3), 17)
+    assert torch.autograd.gradcheck(lambda a: arch.kernel(a, x2).ntk, (x1,))
+    w = torch.tensor(1.3, dtype=F64, requires_grad=True)
+
+    def ntk_of(w_std: torch.Tensor) -> torch.Tensor:
+        layers = [
+            ConvTranspose(None, (2, 2), (2, 1), "SAME", w_std, 0.1),
+            nl.Erf(),
+            ConvLocal(None, (2, 2), w_std=w_std),
+            GlobalAvgPool(),
+            nl.Dense(),
+        ]
+        return nl.serial(*layers).kernel(x2).ntk
+
+    assert torch.autograd.gradcheck(ntk_of, (w,))
+    assert arch.kernel(x2.float()).ntk.dtype == torch.float32
