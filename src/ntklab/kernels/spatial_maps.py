@@ -148,9 +148,8 @@ class ImageResize(Layer):
             )
         if self.method in _REFUSED:
             raise NtklabValueError(
-                f"method: expected 'linear' or 'nearest' (neural-tangents' kernels support "
-                f"no other), got {self.method!r}; {self.method!r} is not a finite mixture "
-                "that the kernel can follow exactly"
+                f"method: expected 'linear' or 'nearest', the methods whose kernels "
+                f"neural-tangents implements, got {self.method!r}"
             )
         if self.method not in (*_LINEAR, "nearest"):
             raise NtklabValueError(
@@ -373,16 +372,15 @@ class Index(Layer):
 
     def __post_init__(self) -> None:
         items = index_entries(self.idx, 64)  # types and Ellipsis; lengths are checked on use
-        for axis, name in ((0, "the batch"), (1, "the channels")):
+        why = {
+            0: "the batch axis (the kernel's rows are the inputs: select them before)",
+            1: "the channel axis (the infinite-width axis, as in neural-tangents)",
+        }
+        for axis, what in why.items():
             if items[axis] != slice(None):
                 raise NtklabValueError(
-                    f"idx: expected ':' on {name} axis (axis {axis} of (n, C, *S)"
-                    + (
-                        "; the channels are the infinite-width axis, as in neural-tangents"
-                        if axis
-                        else "; select inputs before computing the kernel"
-                    )
-                    + f"), got {items[axis]!r} in {self.idx!r}"
+                    f"idx: expected ':' on {what}, got {items[axis]!r} at axis {axis} of "
+                    f"(n, C, *S) in {self.idx!r}"
                 )
 
     @property
