@@ -2,10 +2,10 @@
 
 One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
 :mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
-:mod:`.attention`, :mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
-``parallel``, ``FanIn*``, ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the
-carried state, validation, blocking, ``Architecture`` and ``serial``) and the fused CPU backend
-(:mod:`._fused`).
+:mod:`.spatial_maps` (resizing, indexing), :mod:`.attention`, :mod:`.normalization`,
+:mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``,
+``repeat``, ``Residual``), over the engine (:mod:`.engine`: the carried state, validation,
+blocking, ``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
 """
 
 from .activations import (
@@ -26,7 +26,7 @@ from .activations import (
     Tanh,
 )
 from .attention import GlobalSelfAttention
-from .conv import Conv
+from .conv import Conv, ConvLocal, ConvTranspose
 from .dense import Dense
 from .dropout import Dropout
 from .engine import Architecture, Layer, serial
@@ -43,7 +43,8 @@ from .graphs import (
 )
 from .kernel import Kernel
 from .normalization import LayerNorm
-from .pooling import AvgPool, Flatten, GlobalAvgPool
+from .pooling import AvgPool, Flatten, GlobalAvgPool, GlobalSumPool, SumPool
+from .spatial_maps import ImageResize, Index, Slice
 from .stax_activations import (
     Exp,
     ExpNormalized,
@@ -65,6 +66,8 @@ __all__ = [
     "Architecture",
     "AvgPool",
     "Conv",
+    "ConvLocal",
+    "ConvTranspose",
     "Cos",
     "Dense",
     "Dropout",
@@ -82,8 +85,11 @@ __all__ = [
     "Gelu",
     "GlobalAvgPool",
     "GlobalSelfAttention",
+    "GlobalSumPool",
     "Hermite",
     "Identity",
+    "ImageResize",
+    "Index",
     "Kernel",
     "Layer",
     "LayerNorm",
@@ -100,7 +106,9 @@ __all__ = [
     "Sign",
     "Silu",
     "Sin",
+    "Slice",
     "Softplus",
+    "SumPool",
     "Tanh",
     "from_torch",
     "parallel",

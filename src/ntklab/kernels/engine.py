@@ -235,6 +235,19 @@ class Layer(ABC):
         """Whether the layer needs a layer with parameters before it (activations)."""
         return False
 
+    def spatial_shape_after(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """An upper bound, in positions, of the spatial shape the layer holds for inputs of
+        spatial shape ``shape`` (it sizes the memory blocks): ``shape`` itself unless the layer
+        enlarges images (``ImageResize``, ``ConvTranspose``); for a graph layer the largest
+        shape inside its branches."""
+        return peak_spatial_shape(self.sublayers, shape)
+
+    @property
+    def drops_spatial_axes(self) -> bool:
+        """Whether the layer removes spatial axes (``Index`` with an int entry): the layers
+        after it act on fewer spatial dimensions than the input has."""
+        return any(layer.drops_spatial_axes for layer in self.sublayers)
+
     @property
     def passes_through(self) -> bool:
         """Whether the layer only averages or reshapes (pooling, ``Flatten``, ``Dropout``,
@@ -373,7 +386,8 @@ def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
 
 
 def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
-    """The number of spatial dimensions the architecture's Conv/AvgPool layers expect."""
+    """The number of spatial dimensions the architecture's Conv/AvgPool layers expect of
+    its inputs (those after a layer that drops spatial axes check theirs when they run)."""
     dims: set[int] = set()
 
     def collect(items: Sequence[Layer]) -> None:
@@ -382,6 +396,8 @@ def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
                 collect(layer.sublayers)
             elif layer.spatial_ndim is not None:
                 dims.add(layer.spatial_ndim)
+            if layer.drops_spatial_axes:
+                return
 
     collect(layers)
     if len(dims) > 1:
@@ -407,7 +423,9 @@ def check_images(
             )
         ndims = (2, 3, 4) if spatial_ndim is None else (spatial_ndim + 2,)
         if x.ndim not in ndims:
-            want = {3: "(n, C, L)", 4: "(n, C, H, W)"}.get(ndims[-1], "(n, d)")
+            want = {3: "(n, C, L)", 4: "(n, C, H, W)", 5: "(n, C, D, H, W)"}.get(
+                ndims[-1], "(n, d)"
+            )
             if spatial_ndim is None:
                 want = "(n, d), (n, C, L) or (n, C, H, W)"
             raise NtklabValueError(
@@ -442,11 +460,25 @@ def check_images(
     return a, b
 
 
-def block_bytes(x: Tensor, rows: int, cols: int, full: bool) -> int:
+def peak_spatial_shape(layers: Sequence[Layer], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The spatial shape with the most positions along a chain whose input has spatial shape
+    ``shape`` (:meth:`Layer.spatial_shape_after` of each layer)."""
+    peak = shape
+    for layer in layers:
+        shape = layer.spatial_shape_after(shape)
+        if math.prod(shape) > math.prod(peak):
+            peak = shape
+    return peak
+
+
+def block_bytes(
+    x: Tensor, rows: int, cols: int, full: bool, spatial: tuple[int, ...] | None = None
+) -> int:
     """Estimated peak bytes of one block of ``rows x cols`` input pairs: the NNGP and NTK
-    and two temporaries per pair, plus the per-input states, at the input's spatial size
-    (padded by 2 per dimension)."""
-    positions = math.prod(s + 2 for s in x.shape[2:])
+    and two temporaries per pair, plus the per-input states, at the spatial shape
+    ``spatial`` (default: the input's; padded by 2 per dimension)."""
+    sizes = tuple(x.shape[2:]) if spatial is None else spatial
+    positions = math.prod(s + 2 for s in sizes)
     per_pair = positions**2 if full else positions
     item = x.element_size()
     return item * per_pair * (4 * rows * cols + 4 * (rows + cols))
@@ -459,22 +491,25 @@ def kernel_in_blocks(
     *,
     full: bool,
     max_memory: int | None,
+    spatial: tuple[int, ...] | None = None,
 ) -> Kernel:
-    """Compute ``compute(a, b)`` in blocks of input pairs that fit ``max_memory`` bytes."""
+    """Compute ``compute(a, b)`` in blocks of input pairs that fit ``max_memory`` bytes
+    (``spatial``: the largest spatial shape the recursion holds, default the input's)."""
     budget = resolve_max_memory(max_memory, a.device)
     n1 = a.shape[0]
     n2 = n1 if b is None else b.shape[0]
-    if block_bytes(a, n1, n2, full) <= budget:
+    if block_bytes(a, n1, n2, full, spatial) <= budget:
         return compute(a, b)
-    if block_bytes(a, 1, 1, full) > budget:
+    if block_bytes(a, 1, 1, full, spatial) > budget:
         layout = "full spatial covariance" if full else "spatial diagonal"
         raise NtklabValueError(
-            f"max_memory: expected at least {block_bytes(a, 1, 1, full)} bytes (one pair of "
+            f"max_memory: expected at least {block_bytes(a, 1, 1, full, spatial)} bytes (one "
+            "pair of "
             f"inputs of shape {tuple(a.shape[1:])}, {layout}), got {budget}; reduce the "
             "image size, use Flatten instead of pooling, or pass a larger max_memory"
         )
     size = 1
-    while size < max(n1, n2) and block_bytes(a, 2 * size, 2 * size, full) <= budget:
+    while size < max(n1, n2) and block_bytes(a, 2 * size, 2 * size, full, spatial) <= budget:
         size *= 2
     blocks1 = list(range(0, n1, size))
     blocks2 = list(range(0, n2, size))
@@ -640,7 +675,8 @@ class Architecture:
         def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
             return self._kernel(xa, xb, plan)
 
-        return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory)
+        spatial = peak_spatial_shape(self.layers, tuple(a.shape[2:]))
+        return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
 
     def _kernel(self, a: Tensor, b: Tensor | None, plan: Plan) -> Kernel:
         """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``)."""

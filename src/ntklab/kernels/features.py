@@ -69,7 +69,7 @@ from .._checks import check_matrix, check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from .activations import Activation, Relu
-from .conv import Conv
+from .conv import CONVOLUTIONS, Conv
 from .covariance import Padding, output_size, pad_images, pads_for
 from .dense import Dense
 from .engine import Layer, architecture_spatial_ndim, check_images
@@ -120,7 +120,7 @@ class Linear:
         if not self.filt:
             return (x @ weight.T) * self.w  # shape: (n, m)
         x = pad_images(x, self.filt, self.strides, self.padding)
-        conv = nn.functional.conv1d if len(self.filt) == 1 else nn.functional.conv2d
+        conv = CONVOLUTIONS[len(self.filt)]
         return conv(x, weight, stride=self.strides) * (self.w / math.sqrt(self.size))
 
     def bias(self, b_weight: Tensor, ndim: int) -> Tensor | float:
@@ -435,7 +435,12 @@ def plan_features(
                 walk.steps.append(Pool(None))
                 walk.spatial = ()
                 continue
-            pool = AvgPoolLayer(layer.window_shape, layer.strides, layer.padding)  # type: ignore[arg-type]
+            pool = AvgPoolLayer(
+                layer.window_shape,  # type: ignore[arg-type]
+                layer.strides,  # type: ignore[arg-type]
+                layer.padding,
+                normalize_edges=layer.normalize_edges,
+            )
             walk.steps.append(Pool(pool))
             walk.spatial = Linear(
                 1.0, None, pool.window_shape, pool.strides, pool.padding

@@ -59,7 +59,14 @@ from .activations import (
     Softplus,
     Tanh,
 )
-from .conv import Conv, ConvLayer
+from .conv import (
+    Conv,
+    ConvLayer,
+    ConvLocal,
+    ConvLocalLayer,
+    ConvTranspose,
+    ConvTransposeLayer,
+)
 from .dense import Dense, DenseLayer
 from .dropout import Dropout
 from .engine import Architecture, Layer, serial
@@ -74,7 +81,18 @@ from .graphs import (
     parallel,
 )
 from .normalization import LayerNorm, LayerNormLayer
-from .pooling import AvgPool, AvgPoolLayer, Flatten, GlobalAvgPool, GlobalAvgPoolLayer
+from .pooling import (
+    AvgPool,
+    AvgPoolLayer,
+    Flatten,
+    GlobalAvgPool,
+    GlobalAvgPoolLayer,
+    GlobalSumPool,
+    GlobalSumPoolLayer,
+    SumPool,
+    SumPoolLayer,
+)
+from .spatial_maps import ImageResize, ImageResizeLayer, IndexLayer, index_entries
 
 __all__ = ["from_torch"]
 
@@ -139,7 +157,7 @@ _MONTE_CARLO = (
 )
 
 # spatial rank of the representation while reading: None unknown (at the input), 0 flat,
-# 1 or 2 spatial dimensions; "pooled": after AdaptiveAvgPool(1), before Flatten.
+# 1, 2 or 3 spatial dimensions; "pooled": after AdaptiveAvgPool(1), before Flatten.
 _Rank = int | str | None
 
 
@@ -154,7 +172,10 @@ def from_torch(
         ``nn.Sequential`` (nested) of ``nn.Linear``, ``nn.Conv1d``/``nn.Conv2d`` (groups and
         dilation 1, zero or circular padding), activations (``nn.ReLU``, ``nn.LeakyReLU``,
         ``nn.Tanh``, ``nn.GELU``, ``nn.Sigmoid``, ``nn.SiLU``, ``nn.Softplus``, ``nn.ELU``,
-        ...), ``nn.AvgPool1d/2d`` (``count_include_pad=True``), ``nn.AdaptiveAvgPool1d/2d(1)``,
+        ...), ``nn.AvgPool1d/2d`` (``divisor_override=1`` is sum pooling),
+        ``nn.AdaptiveAvgPool1d/2d(1)``, ``nn.ConvTranspose1d/2d`` (groups and dilation 1, no
+        output padding), ``nn.Upsample(size=...)`` (``"nearest-exact"``, ``"linear"``,
+        ``"bilinear"``, ``align_corners=False``),
         ``nn.Flatten``, ``nn.LayerNorm`` (over the features of ``(n, d)`` inputs, or over
         ``(C, H, W)`` without affine), ``nn.GroupNorm(1, C)``, ``nn.Dropout``,
         ``nn.Identity``, and ntklab's finite modules (residual blocks are
@@ -261,15 +282,18 @@ class _Reader:
             return self._sequential
         table: list[tuple[tuple[type, ...], Callable[..., tuple[list[Layer], _Rank]]]] = [
             ((DenseLayer,), self._dense_layer),
-            ((ConvLayer,), self._conv_layer),
-            ((AvgPoolLayer,), self._avg_pool_layer),
-            ((GlobalAvgPoolLayer,), self._global_pool_layer),
+            ((ConvLayer, ConvLocalLayer, ConvTransposeLayer), self._conv_layer),
+            ((AvgPoolLayer, SumPoolLayer), self._avg_pool_layer),
+            ((GlobalAvgPoolLayer, GlobalSumPoolLayer), self._global_pool_layer),
+            ((ImageResizeLayer, IndexLayer), self._spatial_map_layer),
             ((LayerNormLayer,), self._layer_norm_layer),
             ((ResidualBlock,), self._residual),
             ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
-            ((nn.Conv1d, nn.Conv2d), self._conv),
-            ((nn.AvgPool1d, nn.AvgPool2d), self._avg_pool),
+            ((nn.Conv1d, nn.Conv2d, nn.Conv3d), self._conv),
+            ((nn.ConvTranspose1d, nn.ConvTranspose2d), self._conv_transpose),
+            ((nn.Upsample,), self._upsample),
+            ((nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d), self._avg_pool),
             ((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d), self._adaptive_pool),
             ((nn.Flatten,), self._flatten),
             ((nn.LayerNorm,), self._layer_norm),
@@ -328,7 +352,7 @@ class _Reader:
         ], 0
 
     def _conv(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.Conv1d) else 2
+        ndim = len(mod.kernel_size)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         if mod.groups != 1 or any(d != 1 for d in mod.dilation):
             raise _unsupported(mod, path, "grouped or dilated convolutions are not supported")
@@ -393,7 +417,8 @@ class _Reader:
     def _conv_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = len(mod.filter_shape)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
-        conv = Conv(
+        kind = {ConvLocalLayer: ConvLocal, ConvTransposeLayer: ConvTranspose}.get(type(mod), Conv)
+        conv = kind(
             filter_shape=mod.filter_shape,
             strides=mod.strides,
             padding=mod.padding,
@@ -406,23 +431,85 @@ class _Reader:
 
     # ------------------------------------------------------------------ parameter-free
     def _avg_pool(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.AvgPool1d) else 2
+        ndim = {nn.AvgPool1d: 1, nn.AvgPool2d: 2}.get(type(mod), 3)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
-        if mod.ceil_mode or not mod.count_include_pad or getattr(mod, "divisor_override", None):
+        divisor = getattr(mod, "divisor_override", None)
+        if mod.ceil_mode or divisor not in (None, 1):
             raise _unsupported(
                 mod,
                 path,
-                "only ceil_mode=False, count_include_pad=True and no divisor_override "
-                "are supported",
+                "only ceil_mode=False and divisor_override None or 1 (sum pooling) are supported",
             )
         window = _tuple(mod.kernel_size, ndim)
         stride = _tuple(mod.stride if mod.stride is not None else mod.kernel_size, ndim)
-        return [AvgPool(window, stride, _tuple(mod.padding, ndim))], ndim
+        padding = _tuple(mod.padding, ndim)
+        if divisor == 1:
+            return [SumPool(window, stride, padding)], ndim
+        return [AvgPool(window, stride, padding, not mod.count_include_pad)], ndim
 
     def _avg_pool_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = len(mod.window_shape)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
-        return [AvgPool(mod.window_shape, mod.strides, mod.padding)], ndim
+        if isinstance(mod, SumPoolLayer):
+            return [SumPool(mod.window_shape, mod.strides, mod.padding)], ndim
+        return [AvgPool(mod.window_shape, mod.strides, mod.padding, mod.normalize_edges)], ndim
+
+    def _spatial_map_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        if isinstance(mod, ImageResizeLayer):
+            ndim = len(mod.layer._shape)
+            _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
+            return [mod.layer], ndim
+        if not isinstance(rank, int):
+            return [mod.layer], None
+        _require_rank(mod, path, rank, (1, 2, 3), "it indexes spatial dimensions")
+        ints = sum(isinstance(e, int) for e in index_entries(mod.layer.idx, rank + 2))
+        return [mod.layer], rank - ints
+
+    def _conv_transpose(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        ndim = 1 if isinstance(mod, nn.ConvTranspose1d) else 2
+        _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
+        if (
+            mod.groups != 1
+            or any(d != 1 for d in mod.dilation)
+            or any(p != 0 for p in mod.output_padding)
+            or mod.padding_mode != "zeros"
+        ):
+            raise _unsupported(
+                mod,
+                path,
+                "only groups=1, dilation=1, output_padding=0 and zero padding are supported",
+            )
+        kernel = tuple(int(k) for k in mod.kernel_size)
+        # torch's default initialization reads the fan-in of the weight (C_in, C_out, *k) as
+        # C_out |k|: Var W = 1 / (3 C_out |k|), which is w_std^2 / (C_in |k|).
+        out_fan = int(mod.out_channels) * math.prod(kernel)
+        w = self._scale(self.w_std, path, math.sqrt(mod.in_channels / (3.0 * mod.out_channels)))
+        b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * out_fan) ** -0.5)
+        conv = ConvTranspose(
+            filter_shape=kernel,
+            strides=tuple(int(s) for s in mod.stride),
+            padding=tuple(int(p) for p in mod.padding),
+            w_std=w,
+            b_std=b,
+            parameterization="standard",
+            width=int(mod.out_channels),
+        )
+        return [conv], ndim
+
+    def _upsample(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        methods = {"nearest-exact": "nearest", "linear": "linear", "bilinear": "linear"}
+        if mod.size is None or mod.mode not in methods or mod.align_corners:
+            raise _unsupported(
+                mod,
+                path,
+                "only size=... (not scale_factor) with mode 'nearest-exact', 'linear' or "
+                "'bilinear' and align_corners=False is supported (torch's 'nearest' is not "
+                "jax's half-pixel rule: use 'nearest-exact')",
+            )
+        ndim = 1 if mod.mode == "linear" else 2
+        _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
+        size = _tuple(mod.size, ndim)
+        return [ImageResize(size, methods[mod.mode], antialias=False)], ndim  # type: ignore[arg-type]
 
     def _adaptive_pool(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = 1 if isinstance(mod, nn.AdaptiveAvgPool1d) else 2
@@ -434,8 +521,8 @@ class _Reader:
         return [GlobalAvgPool()], "pooled"
 
     def _global_pool_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        _require_rank(mod, path, rank, (1, 2), "it pools over spatial dimensions")
-        return [GlobalAvgPool()], 0
+        _require_rank(mod, path, rank, (1, 2, 3), "it pools over spatial dimensions")
+        return [GlobalSumPool() if isinstance(mod, GlobalSumPoolLayer) else GlobalAvgPool()], 0
 
     def _flatten(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         if mod.start_dim != 1 or mod.end_dim != -1:
