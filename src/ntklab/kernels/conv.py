@@ -147,6 +147,14 @@ class Conv(Layer):
         return len(self._filter)
 
     @property
+    def fused_kind(self) -> Literal["conv"] | None:
+        if self.parameterization != "ntk":
+            return None
+        scales = (self.w_std, 0.0 if self.b_std is None else self.b_std)
+        plain = all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
+        return "conv" if plain else None
+
+    @property
     def _filter(self) -> tuple[int, ...]:
         return self.filter_shape  # type: ignore[return-value]  # a tuple after __post_init__
 

@@ -18,7 +18,8 @@ What this module owns, and the layer rooms do not:
 - **Validation** of the inputs (:func:`check_images`) and of the chain.
 - **Blocking** over input pairs under ``max_memory`` (:func:`kernel_in_blocks`).
 - **Dispatch** of runs of ``[Relu, Dense]`` on flat CPU inputs to the fused backend
-  (:mod:`ntklab.kernels._fused`).
+  (:mod:`ntklab.kernels._fused`), and of runs of ``[Conv, Relu]`` on CPU images to the fused
+  convolution backend (:mod:`ntklab.kernels._fused_conv`).
 
 Each layer family (dense, activations, convolution, pooling, normalization, dropout, graphs)
 lives in its own module with its kernel rule and its finite module side by side; they import
@@ -46,7 +47,7 @@ from .._checks import (
 )
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
-from . import _fused
+from . import _fused, _fused_conv
 from .covariance import next_diagonal, self_variances, to_diagonal, with_variances
 from .kernel import Kernel, KernelState
 from .network_wrappers import AntisymmetricPair, ScaledOutput
@@ -140,11 +141,21 @@ def run_chain(
     """Propagate ``flow`` through ``layers`` as ``plan`` says.
 
     ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
-    (which works in place).
+    (which works in place), and runs of ``[Conv, Relu]`` on image states the fused
+    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows).
     """
     i = 0
     layers = tuple(layers)
     while i < len(layers):
+        if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
+            length = _fused_conv.run_length(layers, i)
+            if length:
+                top = layers[i + length] if i + length < len(layers) else None
+                conv_done = _fused_conv.propagate_run(layers[i : i + length], flow, top)
+                if conv_done is not None:
+                    flow, used_top = conv_done
+                    i += length + int(used_top)
+                    continue
         if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim == 0:
             length = _fused.run_length(layers, i)
             if length:
@@ -242,9 +253,10 @@ class Layer(ABC):
         return False
 
     @property
-    def fused_kind(self) -> Literal["relu", "dense"] | None:
-        """``"relu"`` or ``"dense"`` (NTK parameterization, plain-number scales) when the
-        fused CPU kernel can run the layer (:mod:`ntklab.kernels._fused`)."""
+    def fused_kind(self) -> Literal["relu", "dense", "conv"] | None:
+        """``"relu"``, ``"dense"`` or ``"conv"`` (NTK parameterization, plain-number scales)
+        when the fused CPU kernels can run the layer (:mod:`ntklab.kernels._fused`,
+        :mod:`ntklab.kernels._fused_conv`)."""
         return None
 
     @property
@@ -648,7 +660,7 @@ class Architecture:
             torch.is_grad_enabled()
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
         )
-        fusable = inplace and a.ndim == 2 and _fused.supports(a)
+        fusable = inplace and _fused.supports(a)
         if a.ndim > 2:
             flow: Flows = image_input_flow(a, b, full=plan.carry == "full")
         else:
