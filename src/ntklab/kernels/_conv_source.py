@@ -24,6 +24,7 @@ CONV_HEAD = r"""
 
 #define CONV_OPW 12 /* int64 entries per op of a conv chain */
 #define CONV_MAXOPS 256
+#define CONV_MAXF 64 /* the longest filter side of the full layout's plane sums */
 
 static inline int64_t conv_fdiv(int64_t a, int64_t b) /* floor(a / b), b > 0 */
 {
@@ -88,12 +89,12 @@ static int conv_segments(int64_t olo, int64_t ohi, int64_t e, int64_t s, int64_t
 # Once per precision.
 CONV_GENERIC = r"""
 typedef struct {
-    const REAL *in_k, *in_t;
+    const REAL *in_k, *in_t, *xa, *xb;
     REAL *out_k, *out_t;
     double *red;
     const int64_t *pairs, *ops;
     const REAL *opf, *sa, *ra, *sb, *rb;
-    int64_t n_pairs, ncls_h, ncls_w, maxhw, maxn;
+    int64_t n_pairs, ncls_h, ncls_w, maxhw, maxn, st[4], chans;
     int has_t, full, wrap_h, wrap_w, nops;
 } SFX(conv_chain_t);
 
@@ -182,6 +183,260 @@ static void SFX(conv_sums)(REAL *restrict out, const REAL *restrict in, REAL *re
     }
 }
 
+/* One ReLU on a row: a scalar first side (sa, ra), a contiguous second side. */
+static REAL SFX(conv_relu_row)(REAL *restrict k, REAL *restrict t, int with_t, int64_t m,
+                               REAL sa, REAL ra, const REAL *restrict sb,
+                               const REAL *restrict rb)
+{
+    REAL cmax = 0;
+#pragma omp simd reduction(max : cmax)
+    for (int64_t j = 0; j < m; j++) {
+        REAL c = k[j] * (ra * rb[j]);
+        const REAL ac = c < 0 ? -c : c;
+        cmax = ac > cmax ? ac : cmax;
+        c = c > 1 - SNAP ? 1 : c;
+        c = c < SNAP - 1 ? -1 : c;
+        REAL j0, sn;
+        SFX(acos_sin)(-c, &j0, &sn);
+        k[j] = (sn + j0 * c) * (sa * sb[j]);
+        if (with_t)
+            t[j] = t[j] * (j0 * (REAL)0.15915494309189533577);
+    }
+    return cmax;
+}
+
+/* Full layout: the window sums of one Conv op along the (w, w') diagonals of the planes of
+   rows [h0, h1) (in: Wi x Wi planes, out: Wo x Wo planes), one output row at a time (it
+   stays in L1 while the filter offsets add into it). seg: fw lists of 3 (maxn + 2). */
+static void SFX(conv_plane_sums)(REAL *restrict out, const REAL *restrict in, const int64_t *op,
+                                 int wrap_w, int64_t h0, int64_t h1, int64_t *seg,
+                                 int64_t seg_stride)
+{
+    const int64_t fw = op[6], sw = op[7], pw = op[8], Wi = op[9], Wo = op[10];
+    const int64_t pi = Wi * Wi, po = Wo * Wo;
+    int ns[CONV_MAXF];
+    for (int64_t e = 0; e < fw; e++)
+        ns[e] = conv_segments(0, Wo, e, sw, pw, Wi, 0, Wi, wrap_w, seg + e * seg_stride);
+    for (int64_t h = h0; h < h1; h++) {
+        for (int64_t w = 0; w < Wo; w++) {
+            REAL *restrict y = out + h * po + w * Wo;
+            memset(y, 0, (size_t)Wo * sizeof(REAL));
+            for (int64_t e = 0; e < fw; e++) {
+                int64_t jr = sw * w + e - pw;
+                if (wrap_w)
+                    jr = conv_pmod(jr, Wi);
+                else if (jr < 0 || jr >= Wi)
+                    continue;
+                const REAL *restrict x = in + h * pi + jr * Wi;
+                const int64_t *sg = seg + e * seg_stride;
+                for (int g = 0; g < ns[e]; g++) {
+                    const int64_t a = sg[3 * g], b = sg[3 * g + 1], j = sg[3 * g + 2];
+                    if (sw == 1) {
+#pragma omp simd
+                        for (int64_t q = a; q < b; q++)
+                            y[q] += x[j - a + q];
+                    } else {
+                        for (int64_t q = a; q < b; q++)
+                            y[q] += x[j + sw * (q - a)];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Full layout: plane rows (h, h + dh) of pair p, dh at the last level, through the run.
+   Level data: rows h in [h0, h1) of W x W planes (w, w'). buf: 6 buffers of maxhw. */
+static int SFX(conv_rows)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, int64_t p,
+                          int64_t dhl, REAL *cmax, double *acc)
+{
+    const int64_t *pr = c->pairs + 5 * p;
+    const int64_t in_off = pr[0], out_off = pr[1], mir_off = pr[2], ia = pr[3], ib = pr[4];
+    const int64_t seg_stride = 3 * (c->maxn + 2);
+    int64_t dh[CONV_MAXOPS + 1];
+    dh[c->nops] = dhl;
+    for (int i = c->nops - 1; i >= 0; i--) {
+        const int64_t *op = c->ops + (int64_t)i * CONV_OPW;
+        dh[i] = op[0] != 0 ? dh[i + 1]
+                : c->wrap_h ? conv_pmod(dh[i + 1] * op[2], op[4])
+                            : dh[i + 1] * op[2];
+    }
+    REAL *k = buf, *t = buf + c->maxhw, *k2 = buf + 2 * c->maxhw, *t2 = buf + 3 * c->maxhw;
+    REAL *tk = buf + 4 * c->maxhw, *tt = buf + 5 * c->maxhw;
+    int64_t H = c->ops[4], W = c->ops[9], h0, h1;
+    conv_valid(H, dh[0], c->wrap_h, &h0, &h1);
+    UINT bits = 0;
+    if (c->xa != NULL) { /* the input kernel from the images: mean over channels */
+        const int64_t hw = H * W;
+        const REAL *xa = c->xa + ia * c->chans * hw, *xb = c->xb + ib * c->chans * hw;
+        const REAL inv = (REAL)1 / (REAL)c->chans;
+        for (int64_t h = h0; h < h1; h++) {
+            int64_t hb = h + dh[0];
+            hb -= hb >= H ? H : 0;
+            for (int64_t w = 0; w < W; w++) {
+                REAL *restrict y = k + (h * W + w) * W;
+                memset(y, 0, (size_t)W * sizeof(REAL));
+                for (int64_t ch = 0; ch < c->chans; ch++) {
+                    const REAL u = xa[ch * hw + h * W + w];
+                    const REAL *restrict v = xb + ch * hw + hb * W;
+#pragma omp simd
+                    for (int64_t q = 0; q < W; q++)
+                        y[q] += u * v[q];
+                }
+#pragma omp simd
+                for (int64_t q = 0; q < W; q++)
+                    y[q] *= inv;
+            }
+        }
+    }
+    for (int64_t h = h0; h < (c->xa != NULL ? h0 : h1); h++) {
+        int64_t hb = h + dh[0];
+        hb -= hb >= H ? H : 0;
+        const int64_t base = in_off + h * c->st[0] + hb * c->st[1];
+        for (int64_t w = 0; w < W; w++) {
+            const REAL *xk = c->in_k + base + w * c->st[2];
+            const REAL *xt = c->in_t + base + w * c->st[2];
+            REAL *yk = k + (h * W + w) * W, *yt = t + (h * W + w) * W;
+            for (int64_t v = 0; v < W; v++) {
+                const REAL x = xk[v * c->st[3]];
+                UINT b;
+                memcpy(&b, &x, sizeof b);
+                bits |= (b & EXP_MASK) == EXP_MASK;
+                yk[v] = x;
+            }
+            if (c->has_t) {
+                for (int64_t v = 0; v < W; v++) {
+                    const REAL x = xt[v * c->st[3]];
+                    UINT b;
+                    memcpy(&b, &x, sizeof b);
+                    bits |= (b & EXP_MASK) == EXP_MASK;
+                    yt[v] = x;
+                }
+            }
+        }
+    }
+    if (bits)
+        return 1;
+    int t_zero = !c->has_t;
+    for (int i = 0; i < c->nops; i++) {
+        const int64_t *op = c->ops + (int64_t)i * CONV_OPW;
+        const int64_t *relu = i + 1 < c->nops && op[CONV_OPW] == 1 ? op + CONV_OPW : NULL;
+        if (op[0] == 0) { /* Conv, and the Relu that follows it, plane by plane */
+            const int64_t fh = op[1], sh = op[2], ph = op[3], Ho = op[5], Wo = op[10];
+            const int64_t po = Wo * Wo, hwo = Ho * Wo;
+            int64_t g0, g1;
+            conv_valid(Ho, dh[i + 1], c->wrap_h, &g0, &g1);
+            const REAL a = c->opf[2 * i], b = c->opf[2 * i + 1];
+            SFX(conv_plane_sums)(tk, k, op, c->wrap_w, h0, h1, seg, seg_stride);
+            if (!t_zero)
+                SFX(conv_plane_sums)(tt, t, op, c->wrap_w, h0, h1, seg, seg_stride);
+            for (int64_t o = g0; o < g1; o++) {
+                REAL *restrict yk = k2 + o * po, *restrict yt = t2 + o * po;
+                memset(yk, 0, (size_t)po * sizeof(REAL));
+                if (!t_zero)
+                    memset(yt, 0, (size_t)po * sizeof(REAL));
+                for (int64_t d = 0; d < fh; d++) {
+                    int64_t j = sh * o + d - ph;
+                    if (c->wrap_h)
+                        j = conv_pmod(j, H);
+                    else if (j < h0 || j >= h1)
+                        continue;
+                    const REAL *restrict xk = tk + j * po;
+#pragma omp simd
+                    for (int64_t q = 0; q < po; q++)
+                        yk[q] += xk[q];
+                    if (!t_zero) {
+                        const REAL *restrict xt = tt + j * po;
+#pragma omp simd
+                        for (int64_t q = 0; q < po; q++)
+                            yt[q] += xt[q];
+                    }
+                }
+                if (t_zero) {
+#pragma omp simd
+                    for (int64_t q = 0; q < po; q++) {
+                        yk[q] = a * yk[q] + b;
+                        yt[q] = yk[q];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t q = 0; q < po; q++) {
+                        yk[q] = a * yk[q] + b;
+                        yt[q] = a * yt[q] + yk[q];
+                    }
+                }
+                if (relu != NULL) {
+                    int64_t ob = o + dh[i + 1];
+                    ob -= ob >= Ho ? Ho : 0;
+                    const REAL *sa = c->sa + relu[1] + ia * hwo + o * Wo;
+                    const REAL *ra = c->ra + relu[1] + ia * hwo + o * Wo;
+                    const REAL *sb = c->sb + relu[2] + ib * hwo + ob * Wo;
+                    const REAL *rb = c->rb + relu[2] + ib * hwo + ob * Wo;
+                    for (int64_t w = 0; w < Wo; w++) {
+                        const REAL m = SFX(conv_relu_row)(yk + w * Wo, yt + w * Wo, 1, Wo, sa[w],
+                                                          ra[w], sb, rb);
+                        *cmax = m > *cmax ? m : *cmax;
+                    }
+                }
+            }
+            t_zero = 0;
+            REAL *sw = k;
+            k = k2;
+            k2 = sw;
+            sw = t;
+            t = t2;
+            t2 = sw;
+            H = Ho;
+            W = Wo;
+            h0 = g0;
+            h1 = g1;
+            if (relu != NULL)
+                i++;
+        } else { /* a Relu that does not follow a Conv of the run */
+            const int64_t hw = H * W;
+            const REAL *sa = c->sa + op[1] + ia * hw, *ra = c->ra + op[1] + ia * hw;
+            const REAL *sb = c->sb + op[2] + ib * hw, *rb = c->rb + op[2] + ib * hw;
+            for (int64_t h = h0; h < h1; h++) {
+                int64_t hb = h + dh[i];
+                hb -= hb >= H ? H : 0;
+                for (int64_t w = 0; w < W; w++) {
+                    const REAL m = SFX(conv_relu_row)(
+                        k + (h * W + w) * W, t + (h * W + w) * W, !t_zero, W, sa[h * W + w],
+                        ra[h * W + w], sb + hb * W, rb + hb * W);
+                    *cmax = m > *cmax ? m : *cmax;
+                }
+            }
+        }
+    }
+    const int64_t po = W * W;
+    if (c->red != NULL) {
+        double sk = 0, st = 0;
+        for (int64_t q = h0 * po; q < h1 * po; q++) {
+            sk += (double)k[q];
+            st += (double)t[q];
+        }
+        acc[0] += sk;
+        acc[1] += st;
+        return 0;
+    }
+    for (int64_t h = h0; h < h1; h++) {
+        int64_t hb = h + dh[c->nops];
+        hb -= hb >= H ? H : 0;
+        const int64_t o = (h * H + hb) * po, om = (hb * H + h) * po;
+        memcpy(c->out_k + out_off + o, k + h * po, (size_t)po * sizeof(REAL));
+        memcpy(c->out_t + out_off + o, t + h * po, (size_t)po * sizeof(REAL));
+        if (mir_off >= 0) {
+            for (int64_t w = 0; w < W; w++) {
+                for (int64_t v = 0; v < W; v++) {
+                    c->out_k[mir_off + om + v * W + w] = k[h * po + w * W + v];
+                    c->out_t[mir_off + om + v * W + w] = t[h * po + w * W + v];
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 /* One offset class (dh, dw at the last level) of pair p through the run. buf: K, T, K2, T2,
    TMP (maxhw each). Adds the sums of the outputs to acc[0..1] (reduce) or writes them. */
 static int SFX(conv_class)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, int64_t p,
@@ -208,10 +463,23 @@ static int SFX(conv_class)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, 
     conv_valid(H, dh[0], c->wrap_h, &h0, &h1);
     conv_valid(W, dw[0], c->wrap_w, &w0, &w1);
     /* gather the class from the input pair tensor */
-    int64_t s1 = c->full ? H * W * W : W, s2 = c->full ? W * W : 0;
-    int64_t r1 = c->full ? W : 1, r2 = c->full ? 1 : 0;
+    int64_t s1 = c->st[0], s2 = c->st[1], r1 = c->st[2], r2 = c->st[3];
     UINT bits = 0;
-    for (int64_t h = h0; h < h1; h++) {
+    if (c->xa != NULL) { /* the input kernel from the images (the diagonal layout: dh = 0) */
+        const int64_t hw = H * W;
+        const REAL *xa = c->xa + ia * c->chans * hw, *xb = c->xb + ib * c->chans * hw;
+        const REAL inv = (REAL)1 / (REAL)c->chans;
+        memset(k, 0, (size_t)hw * sizeof(REAL));
+        for (int64_t ch = 0; ch < c->chans; ch++) {
+#pragma omp simd
+            for (int64_t q = 0; q < hw; q++)
+                k[q] += xa[ch * hw + q] * xb[ch * hw + q];
+        }
+#pragma omp simd
+        for (int64_t q = 0; q < hw; q++)
+            k[q] *= inv;
+    }
+    for (int64_t h = h0; h < (c->xa != NULL ? h0 : h1); h++) {
         int64_t hb = h + dh[0];
         hb -= hb >= H ? H : 0;
         const int64_t base = in_off + h * s1 + hb * s2;
@@ -337,25 +605,30 @@ static int SFX(conv_class)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, 
     return 0;
 }
 
-/* The run over n_pairs pairs; pairs (n_pairs x 5): input offset, output offset, mirrored
+/* The run over n_pairs pairs, from the pair tensors in_k, in_t (strides: of the first and
+   second position index along each axis, h h' w w'), or with xa != NULL from the images xa,
+   xb (n, chans, H, W), contiguous (then has_t = 0); pairs (n_pairs x 5): input offset, output offset, mirrored
    output offset (-1: none), index of the first and of the second image in the variances.
    ops (nops x CONV_OPW, see _fused_conv.py), opf (nops x 2). red: (n_pairs x 2) sums of the
    outputs (NULL: write out_k, out_t). Returns 1 if an entry was not finite. */
-int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, REAL *out_k,
+int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const REAL *xa,
+                           const REAL *xb, int64_t chans, REAL *out_k,
                            REAL *out_t, double *red, int64_t n_pairs, const int64_t *pairs,
                            int full, int wrap_h, int wrap_w, int nops, const int64_t *ops,
                            const REAL *opf, const REAL *sa, const REAL *ra, const REAL *sb,
-                           const REAL *rb, int64_t maxhw, int64_t maxn, int nthreads,
-                           REAL *cmax_out)
+                           const REAL *rb, const int64_t *strides, int64_t maxhw, int64_t maxn,
+                           int nthreads, REAL *cmax_out)
 {
-    SFX(conv_chain_t) c = {in_k, in_t, out_k, out_t, red, pairs, ops, opf, sa, ra, sb, rb,
-                           n_pairs, 1, 1, maxhw, maxn, has_t, full, wrap_h, wrap_w, nops};
+    SFX(conv_chain_t) c = {in_k, in_t, xa, xb, out_k, out_t, red, pairs, ops, opf, sa, ra,
+                           sb, rb, n_pairs, 1, 1, maxhw, maxn,
+                           {strides[0], strides[1], strides[2], strides[3]}, chans,
+                           has_t, full, wrap_h, wrap_w, nops};
     if (nops > CONV_MAXOPS)
         return 2;
     const int64_t *last = ops + (int64_t)(nops - 1) * CONV_OPW;
     if (full) {
         c.ncls_h = wrap_h ? last[5] : 2 * last[5] - 1;
-        c.ncls_w = wrap_w ? last[10] : 2 * last[10] - 1;
+        c.ncls_w = 1; /* conv_rows takes whole (w, w') planes */
     }
     const int64_t items = n_pairs * c.ncls_h;
     double *part = red != NULL ? calloc((size_t)(2 * items), sizeof(double)) : NULL;
@@ -365,8 +638,8 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, REAL *
     int bad = 0, nomem = 0;
 #pragma omp parallel num_threads(nthreads) reduction(max : cmax) reduction(| : bad, nomem)
     {
-        REAL *buf = malloc((size_t)(5 * maxhw + 16) * sizeof(REAL));
-        int64_t *seg = malloc((size_t)(3 * (maxn + 2)) * sizeof(int64_t));
+        REAL *buf = malloc((size_t)(6 * maxhw + 16) * sizeof(REAL));
+        int64_t *seg = malloc((size_t)(3 * (maxn + 2) * CONV_MAXF) * sizeof(int64_t));
         if (buf == NULL || seg == NULL)
             nomem = 1;
 #pragma omp for schedule(dynamic, 1)
@@ -376,10 +649,10 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, REAL *
             const int64_t p = it / c.ncls_h, ih = it % c.ncls_h;
             const int64_t dhl = (full && !wrap_h) ? ih - (last[5] - 1) : ih;
             double acc[2] = {0, 0};
-            for (int64_t iw = 0; iw < c.ncls_w; iw++) {
-                const int64_t dwl = (full && !wrap_w) ? iw - (last[10] - 1) : iw;
-                bad |= SFX(conv_class)(&c, buf, seg, p, dhl, dwl, &cmax, acc);
-            }
+            if (full)
+                bad |= SFX(conv_rows)(&c, buf, seg, p, dhl, &cmax, acc);
+            else
+                bad |= SFX(conv_class)(&c, buf, seg, p, 0, 0, &cmax, acc);
             if (part != NULL) {
                 part[2 * it] = acc[0];
                 part[2 * it + 1] = acc[1];

@@ -454,8 +454,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         chain.argtypes = [ptr, ptr, i32, i64, i64, i32, i32, *[ptr] * 6, i32, i32, ptr]
         chain.restype = i32
         conv = getattr(lib, f"ntklab_conv_chain_{sfx}")
-        conv.argtypes = [ptr, ptr, i32, ptr, ptr, ptr, i64, ptr, i32, i32, i32, i32]
-        conv.argtypes += [*[ptr] * 6, i64, i64, i32, ptr]
+        conv.argtypes = [ptr, ptr, i32, ptr, ptr, i64, ptr, ptr, ptr, i64, ptr, i32, i32, i32, i32]
+        conv.argtypes += [*[ptr] * 7, i64, i64, i32, ptr]
         conv.restype = i32
         acos = getattr(lib, f"ntklab_acos_sin_{sfx}")
         acos.argtypes = [ptr, ptr, ptr, i64]

@@ -56,6 +56,7 @@ __all__ = ["fused_conv_chain", "propagate_run", "run_length"]
 
 _OPW = 12  # int64 entries per op (CONV_OPW in the C source)
 _MAX_OPS = 256  # CONV_MAXOPS
+_MAX_FILTER = 64  # CONV_MAXF
 _INV_TWO_PI = 1.0 / (2.0 * math.pi)
 
 
@@ -88,7 +89,9 @@ class _Run:
     scales: list[tuple[float, float]]  # (w^2 / |f|, b^2) per op (zeros for a Relu)
     sizes: list[tuple[int, int]]  # (H, W) at the input of each op, then the output
     wrap: bool
-    scratch: int  # entries of one scratch buffer (the largest level, or Hin x Wout)
+    ndim: int  # spatial dimensions (1-D runs have H = 1)
+    scratch: int  # entries of one scratch buffer, diagonal layout (a level, or Hin x Wout)
+    scratch_full: int  # the same for the full layout (H W^2 per level, or Hin Wout^2)
 
 
 def _plan_run(layers: Sequence[Layer], shape: tuple[int, ...]) -> _Run | None:
@@ -100,7 +103,7 @@ def _plan_run(layers: Sequence[Layer], shape: tuple[int, ...]) -> _Run | None:
     scales: list[tuple[float, float]] = []
     sizes = [(h, w)]
     wrap = False
-    scratch = h * w
+    scratch, scratch_full = h * w, h * w * w
     for layer in layers:
         if layer.fused_kind == "relu":
             rows.append([1, 0, 0, 0, h, h, 0, 0, 0, w, w, 0])
@@ -116,7 +119,7 @@ def _plan_run(layers: Sequence[Layer], shape: tuple[int, ...]) -> _Run | None:
         for k, size in enumerate(dims):
             lo, hi = pads_for(padding, size, filt[k], strides[k], k)
             out = output_size(size, filt[k], strides[k], lo, hi, what="Conv")
-            if wrap and size % strides[k]:
+            if (wrap and size % strides[k]) or filt[k] > _MAX_FILTER:
                 return None
             axes.append((filt[k], strides[k], lo, size, out))
         if len(filt) == 1:
@@ -127,10 +130,11 @@ def _plan_run(layers: Sequence[Layer], shape: tuple[int, ...]) -> _Run | None:
         b2 = 0.0 if b_std is None else float(b_std) ** 2
         scales.append((float(w_std) ** 2 / (fh * fw), b2))
         scratch = max(scratch, hin * wout, hout * wout)
+        scratch_full = max(scratch_full, hin * wout * wout, hout * wout * wout)
         h, w = hout, wout
         sizes.append((h, w))
     ops = torch.tensor(rows, dtype=torch.int64).reshape(-1, _OPW)
-    return _Run(ops, scales, sizes, wrap, scratch)
+    return _Run(ops, scales, sizes, wrap, len(shape), scratch, scratch_full)
 
 
 def fused_conv_chain(
@@ -143,19 +147,43 @@ def fused_conv_chain(
     *,
     full: bool,
     out_shape: tuple[int, ...] | None,
+    images: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, float] | None:
-    """Run the C kernel over ``pairs`` (``(P, 5)`` int64: input offset, output offset,
-    mirrored output offset or -1, first and second image index).
+    """Run the C kernel over ``pairs`` (``(P, 5)`` int64: input offset (overwritten here from
+    the strides of ``cov``), output offset, mirrored output offset or -1, first and second
+    image index).
 
-    ``cov``/``ntk``: the input tensors (contiguous, CPU); ``var_a``/``var_b``: per ReLU of
+    ``cov``/``ntk``: the input tensors (CPU, ``(n1, n2, ...)`` or ``(n, ...)``, of equal
+    strides); ``var_a``/``var_b``: per ReLU of
     the run, the variances ``(n_a, H, W)`` and ``(n_b, H, W)`` at its input. With
     ``out_shape=None`` returns the sums ``(P,)`` of each pair's output entries (NNGP, NTK);
-    otherwise new tensors of ``out_shape``. The last value is ``max(|c| - 1, 0)`` over the
+    otherwise new tensors of ``out_shape``. With ``images`` (``(n_a, C, *S)`` and ``(n_b,
+    C, *S)``) the input kernel is computed from them and ``cov``, ``ntk`` are not read.
+    The last value is ``max(|c| - 1, 0)`` over the
     correlations. ``None`` when an input entry is not finite.
     """
     dtype = cov.dtype
     tiny = torch.finfo(dtype).tiny
     ops = run.ops.clone()
+    if ntk is not None and ntk.stride() != cov.stride():
+        cov, ntk = cov.contiguous(), ntk.contiguous()
+    if min(cov.stride()) < 0:
+        cov = cov.contiguous()
+        ntk = None if ntk is None else ntk.contiguous()
+    n_sp = run.ndim * (2 if full else 1)
+    strides = list(cov.stride())
+    sp = strides[cov.ndim - n_sp :]
+    c_strides = {
+        (True, 2): sp,
+        (True, 1): [0, 0, *sp],
+        (False, 2): [sp[0], 0, sp[1], 0],
+        (False, 1): [0, 0, sp[0], 0],
+    }[(full, run.ndim)]
+    pairs = pairs.clone()
+    pairs[:, 0] = pairs[:, 3] * strides[0]
+    if cov.ndim - n_sp == 2:
+        pairs[:, 0] += pairs[:, 4] * strides[1]
+    st = torch.tensor(c_strides, dtype=torch.int64)
 
     def stacked(vs: list[Tensor], column: int, scale: float) -> tuple[Tensor, Tensor]:
         flat, offset = [], 0
@@ -182,14 +210,23 @@ def fused_conv_chain(
         out_k = torch.empty(out_shape, dtype=dtype)
         out_t = torch.empty(out_shape, dtype=dtype)
     maxn = max(max(hw) for hw in run.sizes)
+    scratch = run.scratch_full if full else run.scratch
     cmax = torch.zeros((), dtype=dtype)
     ptr = _fused._ptr
     chain = getattr(lib, f"ntklab_conv_chain_{_fused._SUFFIX[dtype]}")
+    xa = xb = None
+    chans = 0
+    if images is not None:
+        xa = images[0].detach().to(dtype).contiguous()
+        xb = xa if images[1] is images[0] else images[1].detach().to(dtype).contiguous()
+        chans = int(xa.shape[1])
+        ntk = None
     bad = chain(
         *(ptr(cov), ptr(cov if ntk is None else ntk), int(ntk is not None)),
+        *(None if xa is None else ptr(xa), None if xb is None else ptr(xb), chans),
         *(ptr(out_k), ptr(out_t), None if red is None else ptr(red), n_pairs, ptr(pairs)),
         *(int(full), int(run.wrap), int(run.wrap), int(ops.shape[0]), ptr(ops), ptr(opf)),
-        *(ptr(sa), ptr(ra), ptr(sb), ptr(rb), run.scratch, maxn),
+        *(ptr(sa), ptr(ra), ptr(sb), ptr(rb), ptr(st), scratch, maxn),
         *(torch.get_num_threads(), ptr(cmax)),
     )
     if bad == 3:
@@ -264,7 +301,13 @@ def propagate_run(
         top = None
     n1, n2 = int(pair.cov.shape[0]), int(pair.cov.shape[1])
     table = _pair_table(n1, n2, _entries(run, full, 0), _entries(run, full, -1), symmetric)
-    done = _chain(run, pair, table, pass_a[1], pass_b[1], full=full, reduce=top is not None)
+    images = None
+    if flow.images is not None:
+        x1, x2 = flow.images
+        images = (x1, x1 if x2 is None else x2)
+    done = _chain(
+        run, pair, table, pass_a[1], pass_b[1], full=full, reduce=top is not None, images=images
+    )
     if done is None:
         return None
     cov, ntk = done
@@ -304,6 +347,7 @@ def _chain(
     *,
     full: bool,
     reduce: bool,
+    images: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor] | None:
     """:func:`fused_conv_chain` on the pairs of ``table`` of ``state`` (a pair state
     ``(n1, n2, ...)`` or a per-input one ``(n, ...)``); with ``reduce`` the per-pair means
@@ -312,16 +356,16 @@ def _chain(
     h, w = run.sizes[-1]
     out = (h, w) if state.spatial_ndim == 2 else (w,)
     layout = tuple(d for s in out for d in ((s, s) if full else (s,)))
-    ntk = None if state.ntk is None else state.ntk.contiguous()
     done = fused_conv_chain(
         run,
-        state.cov.contiguous(),
-        ntk,
+        state.cov,
+        state.ntk,
         table,
         var_a,
         var_b,
         full=full,
         out_shape=None if reduce else (*batch, *layout),
+        images=images,
     )
     if done is None:
         return None

@@ -86,6 +86,18 @@ class Flow:
     pair: KernelState
     diag1: KernelState
     diag2: KernelState | None
+    images: tuple[Tensor, Tensor | None] | None = None
+    """When set, ``pair.cov`` is a placeholder of the right shape (zero strides, no memory):
+    the pair kernel is the input kernel of these images, which the fused convolution kernel
+    computes itself and :meth:`materialized` writes out."""
+
+    def materialized(self) -> Flow:
+        """The flow with the input pair kernel written out (a no-op unless ``images``)."""
+        if self.images is None:
+            return self
+        x1, x2 = self.images
+        pair = image_pair_state(x1, x2, full=self.pair.full_spatial)
+        return Flow(pair, self.diag1, self.diag2).refreshed()
 
     def refreshed(self) -> Flow:
         """The flow with ``pair``'s variances taken from the per-input states."""
@@ -166,6 +178,8 @@ def run_chain(
                     flow = Flow(pair, d1, None if flow.diag2 is None else d2)
                     i += length
                     continue
+        if isinstance(flow, Flow):
+            flow = flow.materialized()
         flow = layers[i].step(flow, plan.branches[i], inplace=inplace)
         if not plan.keep_full[i]:
             flow = (
@@ -352,23 +366,33 @@ def flat_input_flow(a: Tensor, b: Tensor | None, *, fusable: bool) -> Flow:
     return Flow(pair, diag1, diag2)
 
 
-def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
-    """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
-    the diagonal spatial layout."""
-    c, s = x1.shape[1], x1.ndim - 2
+def _image_specs(s: int, full: bool) -> tuple[str, str]:
+    """einsum specs of the pair and of the per-input kernels of ``s``-D images."""
     letters = "hwdxyz"[:s]
     up = letters.upper()
     if full:
         pair = "".join(a + b for a, b in zip(letters, up, strict=True))
-        spec = f"ic{letters},jc{up}->ij{pair}"
-        self_spec = f"ic{letters},ic{up}->i{pair}"
-    else:
-        spec = f"ic{letters},jc{letters}->ij{letters}"
-        self_spec = f"ic{letters},ic{letters}->i{letters}"
+        return f"ic{letters},jc{up}->ij{pair}", f"ic{letters},ic{up}->i{pair}"
+    return f"ic{letters},jc{letters}->ij{letters}", f"ic{letters},ic{letters}->i{letters}"
+
+
+def image_pair_state(x1: Tensor, x2: Tensor | None, *, full: bool) -> KernelState:
+    """The input kernel between the images of ``x1`` and ``x2`` (variances not yet set)."""
+    c, s = x1.shape[1], x1.ndim - 2
+    spec, _ = _image_specs(s, full)
     other = x1 if x2 is None else x2
     grad = torch.is_grad_enabled() and (x1.requires_grad or other.requires_grad)
     cov = torch.einsum(spec, x1, other)
     cov = cov / c if grad else cov.div_(c)
+    return KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
+
+
+def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool, lazy: bool = False) -> Flow:
+    """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
+    the diagonal spatial layout. ``lazy``: leave the pair kernel to the fused convolution
+    kernel (:attr:`Flow.images`)."""
+    c, s = x1.shape[1], x1.ndim - 2
+    _, self_spec = _image_specs(s, full)
 
     def self_state(x: Tensor) -> KernelState:
         k = torch.einsum(self_spec, x, x) / c
@@ -376,8 +400,13 @@ def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
 
     diag1 = self_state(x1)
     diag2 = None if x2 is None else self_state(x2)
+    if not lazy:
+        return Flow(image_pair_state(x1, x2, full=full), diag1, diag2).refreshed()
+    n2 = x1.shape[0] if x2 is None else x2.shape[0]
+    layout = [d for size in x1.shape[2:] for d in ((size, size) if full else (size,))]
+    cov = x1.new_zeros(()).expand(x1.shape[0], n2, *layout)
     state = KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
-    return Flow(state, diag1, diag2).refreshed()
+    return Flow(state, diag1, diag2, images=(x1, x2)).refreshed()
 
 
 # --------------------------------------------------------------------------------------------
@@ -662,7 +691,8 @@ class Architecture:
         )
         fusable = inplace and _fused.supports(a)
         if a.ndim > 2:
-            flow: Flows = image_input_flow(a, b, full=plan.carry == "full")
+            lazy = fusable and _fused_conv.run_length(self.layers, 0) > 0
+            flow: Flows = image_input_flow(a, b, full=plan.carry == "full", lazy=lazy)
         else:
             flow = flat_input_flow(a, b, fusable=fusable)
         flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
