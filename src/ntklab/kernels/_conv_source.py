@@ -94,7 +94,7 @@ typedef struct {
     double *red;
     const int64_t *pairs, *ops;
     const REAL *opf, *sa, *ra, *sb, *rb;
-    int64_t n_pairs, ncls_h, ncls_w, maxhw, maxn, st[4], chans;
+    int64_t n_pairs, ncls_h, maxhw, maxn, st[4], chans;
     int has_t, full, wrap_h, wrap_w, nops;
 } SFX(conv_chain_t);
 
@@ -132,55 +132,6 @@ static REAL SFX(conv_relu_seg)(REAL *restrict k, REAL *restrict t, int with_t, i
         }
     }
     return cmax;
-}
-
-/* Window sums of one class through one Conv op: in (rows [hi0, hi1) x cols [wi0, wi1) of
-   an Hi x Wi level) to out (rows [ho0, ho1) x cols [wo0, wo1) of Ho x Wo), via tmp. */
-static void SFX(conv_sums)(REAL *restrict out, const REAL *restrict in, REAL *restrict tmp,
-                           const int64_t *op, int wrap_h, int wrap_w, int64_t hi0, int64_t hi1,
-                           int64_t wi0, int64_t wi1, int64_t ho0, int64_t ho1, int64_t wo0,
-                           int64_t wo1, int64_t *seg)
-{
-    const int64_t fh = op[1], sh = op[2], ph = op[3], Hi = op[4];
-    const int64_t fw = op[6], sw = op[7], pw = op[8], Wi = op[9], Wo = op[10];
-    const int64_t m = wo1 - wo0;
-    if (m <= 0 || ho1 <= ho0)
-        return;
-    for (int64_t h = hi0; h < hi1; h++)
-        memset(tmp + h * Wo + wo0, 0, (size_t)m * sizeof(REAL));
-    for (int64_t e = 0; e < fw; e++) { /* along w, row by row */
-        const int ns = conv_segments(wo0, wo1, e, sw, pw, Wi, wi0, wi1, wrap_w, seg);
-        for (int g = 0; g < ns; g++) {
-            const int64_t a = seg[3 * g], b = seg[3 * g + 1], j = seg[3 * g + 2];
-            for (int64_t h = hi0; h < hi1; h++) {
-                REAL *restrict o = tmp + h * Wo;
-                const REAL *restrict x = in + h * Wi + j;
-                if (sw == 1) {
-#pragma omp simd
-                    for (int64_t q = 0; q < b - a; q++)
-                        o[a + q] += x[q];
-                } else {
-                    for (int64_t q = 0; q < b - a; q++)
-                        o[a + q] += x[sw * q];
-                }
-            }
-        }
-    }
-    for (int64_t h = ho0; h < ho1; h++)
-        memset(out + h * Wo + wo0, 0, (size_t)m * sizeof(REAL));
-    for (int64_t d = 0; d < fh; d++) { /* along h, whole rows */
-        const int ns = conv_segments(ho0, ho1, d, sh, ph, Hi, hi0, hi1, wrap_h, seg);
-        for (int g = 0; g < ns; g++) {
-            const int64_t a = seg[3 * g], b = seg[3 * g + 1], j = seg[3 * g + 2];
-            for (int64_t o = a; o < b; o++) {
-                REAL *restrict y = out + o * Wo + wo0;
-                const REAL *restrict x = tmp + (j + sh * (o - a)) * Wo + wo0;
-#pragma omp simd
-                for (int64_t q = 0; q < m; q++)
-                    y[q] += x[q];
-            }
-        }
-    }
 }
 
 /* One ReLU on a row: a scalar first side (sa, ra), a contiguous second side. */
@@ -245,9 +196,117 @@ static void SFX(conv_plane_sums)(REAL *restrict out, const REAL *restrict in, co
     }
 }
 
+/* Diagonal layout: the window sums of one Conv op along the rows [h0, h1) (in: Wi, out:
+   Wo entries per row). seg as for conv_plane_sums. */
+static void SFX(conv_line_sums)(REAL *restrict out, const REAL *restrict in, const int64_t *op,
+                                int wrap_w, int64_t h0, int64_t h1, int64_t *seg,
+                                int64_t seg_stride)
+{
+    const int64_t fw = op[6], sw = op[7], pw = op[8], Wi = op[9], Wo = op[10];
+    int ns[CONV_MAXF];
+    for (int64_t e = 0; e < fw; e++)
+        ns[e] = conv_segments(0, Wo, e, sw, pw, Wi, 0, Wi, wrap_w, seg + e * seg_stride);
+    for (int64_t h = h0; h < h1; h++) {
+        REAL *restrict y = out + h * Wo;
+        const REAL *restrict x = in + h * Wi;
+        memset(y, 0, (size_t)Wo * sizeof(REAL));
+        for (int64_t e = 0; e < fw; e++) {
+            const int64_t *sg = seg + e * seg_stride;
+            for (int g = 0; g < ns[e]; g++) {
+                const int64_t a = sg[3 * g], b = sg[3 * g + 1], j = sg[3 * g + 2];
+                if (sw == 1) {
+#pragma omp simd
+                    for (int64_t q = a; q < b; q++)
+                        y[q] += x[j - a + q];
+                } else {
+                    for (int64_t q = a; q < b; q++)
+                        y[q] += x[j + sw * (q - a)];
+                }
+            }
+        }
+    }
+}
+
+/* The ReLU on plane h of a level (H x W positions; full: W x W entries (w, w') of the
+   position pair (h, hb); diagonal: W entries (w, w) of (h, h)). */
+static REAL SFX(conv_relu_plane)(const SFX(conv_chain_t) *c, REAL *k, REAL *t, int with_t,
+                                 const int64_t *op, int64_t H, int64_t W, int64_t ia,
+                                 int64_t ib, int64_t h, int64_t hb)
+{
+    const int64_t hw = H * W;
+    const REAL *sa = c->sa + op[1] + ia * hw + h * W, *ra = c->ra + op[1] + ia * hw + h * W;
+    const REAL *sb = c->sb + op[2] + ib * hw + hb * W, *rb = c->rb + op[2] + ib * hw + hb * W;
+    if (!c->full)
+        return SFX(conv_relu_seg)(k, t, with_t, W, sa, ra, sb, rb);
+    REAL cmax = 0;
+    for (int64_t w = 0; w < W; w++) {
+        const REAL m = SFX(conv_relu_row)(k + w * W, t + w * W, with_t, W, sa[w], ra[w], sb, rb);
+        cmax = m > cmax ? m : cmax;
+    }
+    return cmax;
+}
+
+/* Level 0 of an item: planes [h0, h1) of the input kernel (K into k, and T into t when
+   has_t), from the pair tensors or from the images. Returns 1 if an entry is not finite. */
+static int SFX(conv_gather)(const SFX(conv_chain_t) *c, REAL *k, REAL *t, int64_t in_off,
+                            int64_t ia, int64_t ib, int64_t H, int64_t W, int64_t h0, int64_t h1,
+                            int64_t dh)
+{
+    const int64_t hw = H * W, wv = c->full ? W : 1, pl = W * wv;
+    if (c->xa != NULL) { /* mean over channels of the products */
+        const REAL *xa = c->xa + ia * c->chans * hw, *xb = c->xb + ib * c->chans * hw;
+        const REAL inv = (REAL)1 / (REAL)c->chans;
+        for (int64_t h = h0; h < h1; h++) {
+            int64_t hb = h + dh;
+            hb -= hb >= H ? H : 0;
+            REAL *restrict y = k + h * pl;
+            memset(y, 0, (size_t)pl * sizeof(REAL));
+            for (int64_t ch = 0; ch < c->chans; ch++) {
+                const REAL *restrict u = xa + ch * hw + h * W, *restrict v = xb + ch * hw + hb * W;
+                if (!c->full) {
+#pragma omp simd
+                    for (int64_t q = 0; q < W; q++)
+                        y[q] += u[q] * v[q];
+                    continue;
+                }
+                for (int64_t w = 0; w < W; w++) {
+#pragma omp simd
+                    for (int64_t q = 0; q < W; q++)
+                        y[w * W + q] += u[w] * v[q];
+                }
+            }
+#pragma omp simd
+            for (int64_t q = 0; q < pl; q++)
+                y[q] *= inv;
+        }
+        return 0;
+    }
+    UINT bits = 0;
+    for (int64_t h = h0; h < h1; h++) {
+        int64_t hb = h + dh;
+        hb -= hb >= H ? H : 0;
+        const int64_t base = in_off + h * c->st[0] + hb * c->st[1];
+        for (int pass = 0; pass < (c->has_t ? 2 : 1); pass++) {
+            const REAL *x = (pass ? c->in_t : c->in_k) + base;
+            REAL *restrict y = (pass ? t : k) + h * pl;
+            for (int64_t w = 0; w < W; w++) {
+                for (int64_t v = 0; v < wv; v++) {
+                    const REAL e = x[w * c->st[2] + v * c->st[3]];
+                    UINT b;
+                    memcpy(&b, &e, sizeof b);
+                    bits |= (b & EXP_MASK) == EXP_MASK;
+                    y[w * wv + v] = e;
+                }
+            }
+        }
+    }
+    return bits != 0;
+}
+
 /* Full layout: plane rows (h, h + dh) of pair p, dh at the last level, through the run.
-   Level data: rows h in [h0, h1) of W x W planes (w, w'). buf: 6 buffers of maxhw. */
-static int SFX(conv_rows)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, int64_t p,
+   Level data: rows h in [h0, h1) of W x W planes (w, w'). buf: 6 buffers of maxhw.
+   Diagonal layout (c->full = 0, dhl = 0): the planes are the rows (w) of positions (h, w). */
+static int SFX(conv_item)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, int64_t p,
                           int64_t dhl, REAL *cmax, double *acc)
 {
     const int64_t *pr = c->pairs + 5 * p;
@@ -264,154 +323,99 @@ static int SFX(conv_rows)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
     REAL *k = buf, *t = buf + c->maxhw, *k2 = buf + 2 * c->maxhw, *t2 = buf + 3 * c->maxhw;
     REAL *tk = buf + 4 * c->maxhw, *tt = buf + 5 * c->maxhw;
     int64_t H = c->ops[4], W = c->ops[9], h0, h1;
+    int64_t wv = c->full ? W : 1, pl = W * wv; /* entries per w and per plane */
     conv_valid(H, dh[0], c->wrap_h, &h0, &h1);
-    UINT bits = 0;
-    if (c->xa != NULL) { /* the input kernel from the images: mean over channels */
-        const int64_t hw = H * W;
-        const REAL *xa = c->xa + ia * c->chans * hw, *xb = c->xb + ib * c->chans * hw;
-        const REAL inv = (REAL)1 / (REAL)c->chans;
-        for (int64_t h = h0; h < h1; h++) {
-            int64_t hb = h + dh[0];
-            hb -= hb >= H ? H : 0;
-            for (int64_t w = 0; w < W; w++) {
-                REAL *restrict y = k + (h * W + w) * W;
-                memset(y, 0, (size_t)W * sizeof(REAL));
-                for (int64_t ch = 0; ch < c->chans; ch++) {
-                    const REAL u = xa[ch * hw + h * W + w];
-                    const REAL *restrict v = xb + ch * hw + hb * W;
-#pragma omp simd
-                    for (int64_t q = 0; q < W; q++)
-                        y[q] += u * v[q];
-                }
-#pragma omp simd
-                for (int64_t q = 0; q < W; q++)
-                    y[q] *= inv;
-            }
-        }
-    }
-    for (int64_t h = h0; h < (c->xa != NULL ? h0 : h1); h++) {
-        int64_t hb = h + dh[0];
-        hb -= hb >= H ? H : 0;
-        const int64_t base = in_off + h * c->st[0] + hb * c->st[1];
-        for (int64_t w = 0; w < W; w++) {
-            const REAL *xk = c->in_k + base + w * c->st[2];
-            const REAL *xt = c->in_t + base + w * c->st[2];
-            REAL *yk = k + (h * W + w) * W, *yt = t + (h * W + w) * W;
-            for (int64_t v = 0; v < W; v++) {
-                const REAL x = xk[v * c->st[3]];
-                UINT b;
-                memcpy(&b, &x, sizeof b);
-                bits |= (b & EXP_MASK) == EXP_MASK;
-                yk[v] = x;
-            }
-            if (c->has_t) {
-                for (int64_t v = 0; v < W; v++) {
-                    const REAL x = xt[v * c->st[3]];
-                    UINT b;
-                    memcpy(&b, &x, sizeof b);
-                    bits |= (b & EXP_MASK) == EXP_MASK;
-                    yt[v] = x;
-                }
-            }
-        }
-    }
-    if (bits)
+    if (SFX(conv_gather)(c, k, t, in_off, ia, ib, H, W, h0, h1, dh[0]))
         return 1;
     int t_zero = !c->has_t;
     for (int i = 0; i < c->nops; i++) {
         const int64_t *op = c->ops + (int64_t)i * CONV_OPW;
         const int64_t *relu = i + 1 < c->nops && op[CONV_OPW] == 1 ? op + CONV_OPW : NULL;
-        if (op[0] == 0) { /* Conv, and the Relu that follows it, plane by plane */
-            const int64_t fh = op[1], sh = op[2], ph = op[3], Ho = op[5], Wo = op[10];
-            const int64_t po = Wo * Wo, hwo = Ho * Wo;
-            int64_t g0, g1;
-            conv_valid(Ho, dh[i + 1], c->wrap_h, &g0, &g1);
-            const REAL a = c->opf[2 * i], b = c->opf[2 * i + 1];
-            SFX(conv_plane_sums)(tk, k, op, c->wrap_w, h0, h1, seg, seg_stride);
-            if (!t_zero)
-                SFX(conv_plane_sums)(tt, t, op, c->wrap_w, h0, h1, seg, seg_stride);
-            for (int64_t o = g0; o < g1; o++) {
-                REAL *restrict yk = k2 + o * po, *restrict yt = t2 + o * po;
-                memset(yk, 0, (size_t)po * sizeof(REAL));
-                if (!t_zero)
-                    memset(yt, 0, (size_t)po * sizeof(REAL));
-                for (int64_t d = 0; d < fh; d++) {
-                    int64_t j = sh * o + d - ph;
-                    if (c->wrap_h)
-                        j = conv_pmod(j, H);
-                    else if (j < h0 || j >= h1)
-                        continue;
-                    const REAL *restrict xk = tk + j * po;
-#pragma omp simd
-                    for (int64_t q = 0; q < po; q++)
-                        yk[q] += xk[q];
-                    if (!t_zero) {
-                        const REAL *restrict xt = tt + j * po;
-#pragma omp simd
-                        for (int64_t q = 0; q < po; q++)
-                            yt[q] += xt[q];
-                    }
-                }
-                if (t_zero) {
-#pragma omp simd
-                    for (int64_t q = 0; q < po; q++) {
-                        yk[q] = a * yk[q] + b;
-                        yt[q] = yk[q];
-                    }
-                } else {
-#pragma omp simd
-                    for (int64_t q = 0; q < po; q++) {
-                        yk[q] = a * yk[q] + b;
-                        yt[q] = a * yt[q] + yk[q];
-                    }
-                }
-                if (relu != NULL) {
-                    int64_t ob = o + dh[i + 1];
-                    ob -= ob >= Ho ? Ho : 0;
-                    const REAL *sa = c->sa + relu[1] + ia * hwo + o * Wo;
-                    const REAL *ra = c->ra + relu[1] + ia * hwo + o * Wo;
-                    const REAL *sb = c->sb + relu[2] + ib * hwo + ob * Wo;
-                    const REAL *rb = c->rb + relu[2] + ib * hwo + ob * Wo;
-                    for (int64_t w = 0; w < Wo; w++) {
-                        const REAL m = SFX(conv_relu_row)(yk + w * Wo, yt + w * Wo, 1, Wo, sa[w],
-                                                          ra[w], sb, rb);
-                        *cmax = m > *cmax ? m : *cmax;
-                    }
-                }
-            }
-            t_zero = 0;
-            REAL *sw = k;
-            k = k2;
-            k2 = sw;
-            sw = t;
-            t = t2;
-            t2 = sw;
-            H = Ho;
-            W = Wo;
-            h0 = g0;
-            h1 = g1;
-            if (relu != NULL)
-                i++;
-        } else { /* a Relu that does not follow a Conv of the run */
-            const int64_t hw = H * W;
-            const REAL *sa = c->sa + op[1] + ia * hw, *ra = c->ra + op[1] + ia * hw;
-            const REAL *sb = c->sb + op[2] + ib * hw, *rb = c->rb + op[2] + ib * hw;
+        if (op[0] == 1) { /* a Relu that does not follow a Conv of the run */
             for (int64_t h = h0; h < h1; h++) {
                 int64_t hb = h + dh[i];
                 hb -= hb >= H ? H : 0;
-                for (int64_t w = 0; w < W; w++) {
-                    const REAL m = SFX(conv_relu_row)(
-                        k + (h * W + w) * W, t + (h * W + w) * W, !t_zero, W, sa[h * W + w],
-                        ra[h * W + w], sb + hb * W, rb + hb * W);
-                    *cmax = m > *cmax ? m : *cmax;
+                const REAL m = SFX(conv_relu_plane)(c, k + h * pl, t + h * pl, !t_zero, op, H, W,
+                                                    ia, ib, h, hb);
+                *cmax = m > *cmax ? m : *cmax;
+            }
+            continue;
+        }
+        /* a Conv, and the Relu that follows it, output plane by output plane */
+        const int64_t fh = op[1], sh = op[2], ph = op[3], Ho = op[5], Wo = op[10];
+        const int64_t po = c->full ? Wo * Wo : Wo;
+        int64_t g0, g1;
+        conv_valid(Ho, dh[i + 1], c->wrap_h, &g0, &g1);
+        const REAL a = c->opf[2 * i], b = c->opf[2 * i + 1];
+        for (int pass = 0; pass < (t_zero ? 1 : 2); pass++) {
+            if (c->full)
+                SFX(conv_plane_sums)(pass ? tt : tk, pass ? t : k, op, c->wrap_w, h0, h1, seg,
+                                     seg_stride);
+            else
+                SFX(conv_line_sums)(pass ? tt : tk, pass ? t : k, op, c->wrap_w, h0, h1, seg,
+                                    seg_stride);
+        }
+        for (int64_t o = g0; o < g1; o++) {
+            REAL *restrict yk = k2 + o * po, *restrict yt = t2 + o * po;
+            memset(yk, 0, (size_t)po * sizeof(REAL));
+            if (!t_zero)
+                memset(yt, 0, (size_t)po * sizeof(REAL));
+            for (int64_t d = 0; d < fh; d++) {
+                int64_t j = sh * o + d - ph;
+                if (c->wrap_h)
+                    j = conv_pmod(j, H);
+                else if (j < h0 || j >= h1)
+                    continue;
+                const REAL *restrict xk = tk + j * po;
+#pragma omp simd
+                for (int64_t q = 0; q < po; q++)
+                    yk[q] += xk[q];
+                if (!t_zero) {
+                    const REAL *restrict xt = tt + j * po;
+#pragma omp simd
+                    for (int64_t q = 0; q < po; q++)
+                        yt[q] += xt[q];
                 }
             }
+            if (t_zero) {
+#pragma omp simd
+                for (int64_t q = 0; q < po; q++) {
+                    yk[q] = a * yk[q] + b;
+                    yt[q] = yk[q];
+                }
+            } else {
+#pragma omp simd
+                for (int64_t q = 0; q < po; q++) {
+                    yk[q] = a * yk[q] + b;
+                    yt[q] = a * yt[q] + yk[q];
+                }
+            }
+            if (relu != NULL) {
+                int64_t ob = o + dh[i + 1];
+                ob -= ob >= Ho ? Ho : 0;
+                const REAL m = SFX(conv_relu_plane)(c, yk, yt, 1, relu, Ho, Wo, ia, ib, o, ob);
+                *cmax = m > *cmax ? m : *cmax;
+            }
         }
+        t_zero = 0;
+        REAL *sw = k;
+        k = k2;
+        k2 = sw;
+        sw = t;
+        t = t2;
+        t2 = sw;
+        H = Ho;
+        W = Wo;
+        wv = c->full ? W : 1;
+        pl = W * wv;
+        h0 = g0;
+        h1 = g1;
+        if (relu != NULL)
+            i++;
     }
-    const int64_t po = W * W;
     if (c->red != NULL) {
         double sk = 0, st = 0;
-        for (int64_t q = h0 * po; q < h1 * po; q++) {
+        for (int64_t q = h0 * pl; q < h1 * pl; q++) {
             sk += (double)k[q];
             st += (double)t[q];
         }
@@ -422,183 +426,16 @@ static int SFX(conv_rows)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
     for (int64_t h = h0; h < h1; h++) {
         int64_t hb = h + dh[c->nops];
         hb -= hb >= H ? H : 0;
-        const int64_t o = (h * H + hb) * po, om = (hb * H + h) * po;
-        memcpy(c->out_k + out_off + o, k + h * po, (size_t)po * sizeof(REAL));
-        memcpy(c->out_t + out_off + o, t + h * po, (size_t)po * sizeof(REAL));
-        if (mir_off >= 0) {
+        const int64_t o = c->full ? (h * H + hb) * pl : h * pl;
+        const int64_t om = c->full ? (hb * H + h) * pl : h * pl;
+        memcpy(c->out_k + out_off + o, k + h * pl, (size_t)pl * sizeof(REAL));
+        memcpy(c->out_t + out_off + o, t + h * pl, (size_t)pl * sizeof(REAL));
+        if (mir_off >= 0) { /* the pair (b, a): positions swapped */
             for (int64_t w = 0; w < W; w++) {
-                for (int64_t v = 0; v < W; v++) {
-                    c->out_k[mir_off + om + v * W + w] = k[h * po + w * W + v];
-                    c->out_t[mir_off + om + v * W + w] = t[h * po + w * W + v];
+                for (int64_t v = 0; v < wv; v++) {
+                    c->out_k[mir_off + om + v * W + w] = k[h * pl + w * wv + v];
+                    c->out_t[mir_off + om + v * W + w] = t[h * pl + w * wv + v];
                 }
-            }
-        }
-    }
-    return 0;
-}
-
-/* One offset class (dh, dw at the last level) of pair p through the run. buf: K, T, K2, T2,
-   TMP (maxhw each). Adds the sums of the outputs to acc[0..1] (reduce) or writes them. */
-static int SFX(conv_class)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, int64_t p,
-                           int64_t dhl, int64_t dwl, REAL *cmax, double *acc)
-{
-    const int64_t *pr = c->pairs + 5 * p;
-    const int64_t in_off = pr[0], out_off = pr[1], mir_off = pr[2], ia = pr[3], ib = pr[4];
-    int64_t dh[CONV_MAXOPS + 1], dw[CONV_MAXOPS + 1];
-    dh[c->nops] = dhl;
-    dw[c->nops] = dwl;
-    for (int i = c->nops - 1; i >= 0; i--) {
-        const int64_t *op = c->ops + (int64_t)i * CONV_OPW;
-        if (op[0] == 0) {
-            dh[i] = c->wrap_h ? conv_pmod(dh[i + 1] * op[2], op[4]) : dh[i + 1] * op[2];
-            dw[i] = c->wrap_w ? conv_pmod(dw[i + 1] * op[7], op[9]) : dw[i + 1] * op[7];
-        } else {
-            dh[i] = dh[i + 1];
-            dw[i] = dw[i + 1];
-        }
-    }
-    REAL *k = buf, *t = buf + c->maxhw, *k2 = buf + 2 * c->maxhw, *t2 = buf + 3 * c->maxhw;
-    REAL *tmp = buf + 4 * c->maxhw;
-    int64_t H = c->ops[4], W = c->ops[9], h0, h1, w0, w1;
-    conv_valid(H, dh[0], c->wrap_h, &h0, &h1);
-    conv_valid(W, dw[0], c->wrap_w, &w0, &w1);
-    /* gather the class from the input pair tensor */
-    int64_t s1 = c->st[0], s2 = c->st[1], r1 = c->st[2], r2 = c->st[3];
-    UINT bits = 0;
-    if (c->xa != NULL) { /* the input kernel from the images (the diagonal layout: dh = 0) */
-        const int64_t hw = H * W;
-        const REAL *xa = c->xa + ia * c->chans * hw, *xb = c->xb + ib * c->chans * hw;
-        const REAL inv = (REAL)1 / (REAL)c->chans;
-        memset(k, 0, (size_t)hw * sizeof(REAL));
-        for (int64_t ch = 0; ch < c->chans; ch++) {
-#pragma omp simd
-            for (int64_t q = 0; q < hw; q++)
-                k[q] += xa[ch * hw + q] * xb[ch * hw + q];
-        }
-#pragma omp simd
-        for (int64_t q = 0; q < hw; q++)
-            k[q] *= inv;
-    }
-    for (int64_t h = h0; h < (c->xa != NULL ? h0 : h1); h++) {
-        int64_t hb = h + dh[0];
-        hb -= hb >= H ? H : 0;
-        const int64_t base = in_off + h * s1 + hb * s2;
-        for (int64_t w = w0; w < w1; w++) {
-            int64_t wb = w + dw[0];
-            wb -= wb >= W ? W : 0;
-            const REAL x = c->in_k[base + w * r1 + wb * r2];
-            UINT b;
-            memcpy(&b, &x, sizeof b);
-            bits |= (b & EXP_MASK) == EXP_MASK;
-            k[h * W + w] = x;
-            if (c->has_t) {
-                const REAL y = c->in_t[base + w * r1 + wb * r2];
-                memcpy(&b, &y, sizeof b);
-                bits |= (b & EXP_MASK) == EXP_MASK;
-                t[h * W + w] = y;
-            }
-        }
-    }
-    if (bits)
-        return 1;
-    int t_zero = !c->has_t;
-    for (int i = 0; i < c->nops; i++) {
-        const int64_t *op = c->ops + (int64_t)i * CONV_OPW;
-        if (op[0] == 0) { /* Conv: K' = a sum K + b, T' = a sum T + K' */
-            const int64_t Ho = op[5], Wo = op[10];
-            int64_t g0, g1, v0, v1;
-            conv_valid(Ho, dh[i + 1], c->wrap_h, &g0, &g1);
-            conv_valid(Wo, dw[i + 1], c->wrap_w, &v0, &v1);
-            const REAL a = c->opf[2 * i], b = c->opf[2 * i + 1];
-            SFX(conv_sums)(k2, k, tmp, op, c->wrap_h, c->wrap_w, h0, h1, w0, w1, g0, g1, v0, v1,
-                           seg);
-            if (!t_zero)
-                SFX(conv_sums)(t2, t, tmp, op, c->wrap_h, c->wrap_w, h0, h1, w0, w1, g0, g1, v0,
-                               v1, seg);
-            for (int64_t h = g0; h < g1; h++) {
-                REAL *restrict kr = k2 + h * Wo + v0;
-                REAL *restrict tr = t2 + h * Wo + v0;
-                if (t_zero) {
-#pragma omp simd
-                    for (int64_t q = 0; q < v1 - v0; q++) {
-                        kr[q] = a * kr[q] + b;
-                        tr[q] = kr[q];
-                    }
-                } else {
-#pragma omp simd
-                    for (int64_t q = 0; q < v1 - v0; q++) {
-                        kr[q] = a * kr[q] + b;
-                        tr[q] = a * tr[q] + kr[q];
-                    }
-                }
-            }
-            t_zero = 0;
-            REAL *sw = k;
-            k = k2;
-            k2 = sw;
-            sw = t;
-            t = t2;
-            t2 = sw;
-            H = Ho;
-            W = Wo;
-            h0 = g0;
-            h1 = g1;
-            w0 = v0;
-            w1 = v1;
-        } else { /* Relu, with the variances of this level */
-            const int64_t hw = H * W;
-            const REAL *sa = c->sa + op[1] + ia * hw, *ra = c->ra + op[1] + ia * hw;
-            const REAL *sb = c->sb + op[2] + ib * hw, *rb = c->rb + op[2] + ib * hw;
-            const int64_t split = W - dw[i] < w1 ? W - dw[i] : w1; /* where w + dw wraps */
-            for (int64_t h = h0; h < h1; h++) {
-                int64_t hb = h + dh[i];
-                hb -= hb >= H ? H : 0;
-                const int64_t ra0 = h * W, rb0 = hb * W + dw[i];
-                REAL m;
-                if (split > w0) {
-                    m = SFX(conv_relu_seg)(k + ra0 + w0, t + ra0 + w0, !t_zero, split - w0,
-                                           sa + ra0 + w0, ra + ra0 + w0, sb + rb0 + w0,
-                                           rb + rb0 + w0);
-                    *cmax = m > *cmax ? m : *cmax;
-                }
-                const int64_t ws = split > w0 ? split : w0;
-                if (w1 > ws) {
-                    m = SFX(conv_relu_seg)(k + ra0 + ws, t + ra0 + ws, !t_zero, w1 - ws,
-                                           sa + ra0 + ws, ra + ra0 + ws, sb + rb0 + ws - W,
-                                           rb + rb0 + ws - W);
-                    *cmax = m > *cmax ? m : *cmax;
-                }
-            }
-        }
-    }
-    if (c->red != NULL) {
-        double sk = 0, st = 0;
-        for (int64_t h = h0; h < h1; h++) {
-            for (int64_t w = w0; w < w1; w++) {
-                sk += (double)k[h * W + w];
-                st += (double)t[h * W + w];
-            }
-        }
-        acc[0] += sk;
-        acc[1] += st;
-        return 0;
-    }
-    s1 = c->full ? H * W * W : W;
-    s2 = c->full ? W * W : 0;
-    r1 = c->full ? W : 1;
-    for (int64_t h = h0; h < h1; h++) {
-        int64_t hb = h + dh[c->nops];
-        hb -= hb >= H ? H : 0;
-        for (int64_t w = w0; w < w1; w++) {
-            int64_t wb = w + dw[c->nops];
-            wb -= wb >= W ? W : 0;
-            const int64_t o = h * s1 + hb * s2 + w * r1 + wb * r2;
-            c->out_k[out_off + o] = k[h * W + w];
-            c->out_t[out_off + o] = t[h * W + w];
-            if (mir_off >= 0) {
-                const int64_t om = hb * s1 + h * s2 + wb * r1 + w * r2;
-                c->out_k[mir_off + om] = k[h * W + w];
-                c->out_t[mir_off + om] = t[h * W + w];
             }
         }
     }
@@ -620,7 +457,7 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const 
                            int nthreads, REAL *cmax_out)
 {
     SFX(conv_chain_t) c = {in_k, in_t, xa, xb, out_k, out_t, red, pairs, ops, opf, sa, ra,
-                           sb, rb, n_pairs, 1, 1, maxhw, maxn,
+                           sb, rb, n_pairs, 1, maxhw, maxn,
                            {strides[0], strides[1], strides[2], strides[3]}, chans,
                            has_t, full, wrap_h, wrap_w, nops};
     if (nops > CONV_MAXOPS)
@@ -628,7 +465,6 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const 
     const int64_t *last = ops + (int64_t)(nops - 1) * CONV_OPW;
     if (full) {
         c.ncls_h = wrap_h ? last[5] : 2 * last[5] - 1;
-        c.ncls_w = 1; /* conv_rows takes whole (w, w') planes */
     }
     const int64_t items = n_pairs * c.ncls_h;
     double *part = red != NULL ? calloc((size_t)(2 * items), sizeof(double)) : NULL;
@@ -649,10 +485,7 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const 
             const int64_t p = it / c.ncls_h, ih = it % c.ncls_h;
             const int64_t dhl = (full && !wrap_h) ? ih - (last[5] - 1) : ih;
             double acc[2] = {0, 0};
-            if (full)
-                bad |= SFX(conv_rows)(&c, buf, seg, p, dhl, &cmax, acc);
-            else
-                bad |= SFX(conv_class)(&c, buf, seg, p, 0, 0, &cmax, acc);
+            bad |= SFX(conv_item)(&c, buf, seg, p, dhl, &cmax, acc);
             if (part != NULL) {
                 part[2 * it] = acc[0];
                 part[2 * it + 1] = acc[1];
