@@ -156,15 +156,50 @@ static REAL SFX(conv_relu_row)(REAL *restrict k, REAL *restrict t, int with_t, i
     return cmax;
 }
 
+/* Row x (n entries) copied into xr with lo entries before and hi after: zeros, or the
+   periodic continuation (wrap). */
+static inline void SFX(conv_pad_row)(REAL *restrict xr, const REAL *restrict x, int64_t n,
+                                     int64_t lo, int64_t hi, int wrap)
+{
+    for (int64_t q = 0; q < lo; q++)
+        xr[q] = wrap ? x[conv_pmod(q - lo, n)] : 0;
+    memcpy(xr + lo, x, (size_t)n * sizeof(REAL));
+    for (int64_t q = 0; q < hi; q++)
+        xr[lo + n + q] = wrap ? x[conv_pmod(n + q, n)] : 0;
+}
+
 /* Full layout: the window sums of one Conv op along the (w, w') diagonals of the planes of
    rows [h0, h1) (in: Wi x Wi planes, out: Wo x Wo planes), one output row at a time (it
    stays in L1 while the filter offsets add into it). seg: fw lists of 3 (maxn + 2). */
 static void SFX(conv_plane_sums)(REAL *restrict out, const REAL *restrict in, const int64_t *op,
                                  int wrap_w, int64_t h0, int64_t h1, int64_t *seg,
-                                 int64_t seg_stride)
+                                 int64_t seg_stride, REAL *pad)
 {
     const int64_t fw = op[6], sw = op[7], pw = op[8], Wi = op[9], Wo = op[10];
     const int64_t pi = Wi * Wi, po = Wo * Wo;
+    const int64_t hi = Wo - 1 + fw - pw - Wi > 0 ? Wo - 1 + fw - pw - Wi : 0, ws = pw + Wi + hi;
+    if (sw == 1 && pw <= CONV_MAXF && hi <= CONV_MAXF) { /* full-length adds, padded rows */
+        for (int64_t h = h0; h < h1; h++) {
+            for (int64_t w = 0; w < Wi; w++)
+                SFX(conv_pad_row)(pad + w * ws, in + h * pi + w * Wi, Wi, pw, hi, wrap_w);
+            for (int64_t w = 0; w < Wo; w++) {
+                REAL *restrict y = out + h * po + w * Wo;
+                memset(y, 0, (size_t)Wo * sizeof(REAL));
+                for (int64_t e = 0; e < fw; e++) {
+                    int64_t jr = w + e - pw;
+                    if (wrap_w)
+                        jr = conv_pmod(jr, Wi);
+                    else if (jr < 0 || jr >= Wi)
+                        continue;
+                    const REAL *restrict xr = pad + jr * ws + e;
+#pragma omp simd
+                    for (int64_t q = 0; q < Wo; q++)
+                        y[q] += xr[q];
+                }
+            }
+        }
+        return;
+    }
     int ns[CONV_MAXF];
     for (int64_t e = 0; e < fw; e++)
         ns[e] = conv_segments(0, Wo, e, sw, pw, Wi, 0, Wi, wrap_w, seg + e * seg_stride);
@@ -200,9 +235,24 @@ static void SFX(conv_plane_sums)(REAL *restrict out, const REAL *restrict in, co
    Wo entries per row). seg as for conv_plane_sums. */
 static void SFX(conv_line_sums)(REAL *restrict out, const REAL *restrict in, const int64_t *op,
                                 int wrap_w, int64_t h0, int64_t h1, int64_t *seg,
-                                int64_t seg_stride)
+                                int64_t seg_stride, REAL *pad)
 {
     const int64_t fw = op[6], sw = op[7], pw = op[8], Wi = op[9], Wo = op[10];
+    const int64_t hi = Wo - 1 + fw - pw - Wi > 0 ? Wo - 1 + fw - pw - Wi : 0;
+    if (sw == 1 && pw <= CONV_MAXF && hi <= CONV_MAXF) { /* full-length adds from a padded row */
+        REAL *restrict xr = pad;
+        for (int64_t h = h0; h < h1; h++) {
+            REAL *restrict y = out + h * Wo;
+            SFX(conv_pad_row)(xr, in + h * Wi, Wi, pw, hi, wrap_w);
+            memset(y, 0, (size_t)Wo * sizeof(REAL));
+            for (int64_t e = 0; e < fw; e++) {
+#pragma omp simd
+                for (int64_t q = 0; q < Wo; q++)
+                    y[q] += xr[q + e];
+            }
+        }
+        return;
+    }
     int ns[CONV_MAXF];
     for (int64_t e = 0; e < fw; e++)
         ns[e] = conv_segments(0, Wo, e, sw, pw, Wi, 0, Wi, wrap_w, seg + e * seg_stride);
@@ -321,7 +371,7 @@ static int SFX(conv_item)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
                             : dh[i + 1] * op[2];
     }
     REAL *k = buf, *t = buf + c->maxhw, *k2 = buf + 2 * c->maxhw, *t2 = buf + 3 * c->maxhw;
-    REAL *tk = buf + 4 * c->maxhw, *tt = buf + 5 * c->maxhw;
+    REAL *tk = buf + 4 * c->maxhw, *tt = buf + 5 * c->maxhw, *pad = buf + 6 * c->maxhw;
     int64_t H = c->ops[4], W = c->ops[9], h0, h1;
     int64_t wv = c->full ? W : 1, pl = W * wv; /* entries per w and per plane */
     conv_valid(H, dh[0], c->wrap_h, &h0, &h1);
@@ -350,10 +400,10 @@ static int SFX(conv_item)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
         for (int pass = 0; pass < (t_zero ? 1 : 2); pass++) {
             if (c->full)
                 SFX(conv_plane_sums)(pass ? tt : tk, pass ? t : k, op, c->wrap_w, h0, h1, seg,
-                                     seg_stride);
+                                     seg_stride, pad);
             else
                 SFX(conv_line_sums)(pass ? tt : tk, pass ? t : k, op, c->wrap_w, h0, h1, seg,
-                                    seg_stride);
+                                    seg_stride, pad);
         }
         for (int64_t o = g0; o < g1; o++) {
             REAL *restrict yk = k2 + o * po, *restrict yt = t2 + o * po;
@@ -474,7 +524,8 @@ int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const 
     int bad = 0, nomem = 0;
 #pragma omp parallel num_threads(nthreads) reduction(max : cmax) reduction(| : bad, nomem)
     {
-        REAL *buf = malloc((size_t)(6 * maxhw + 16) * sizeof(REAL));
+        /* 6 level buffers, then the padded rows of one plane */
+        REAL *buf = malloc((size_t)(6 * maxhw + (maxn + 2 * CONV_MAXF) * maxn) * sizeof(REAL));
         int64_t *seg = malloc((size_t)(3 * (maxn + 2) * CONV_MAXF) * sizeof(int64_t));
         if (buf == NULL || seg == NULL)
             nomem = 1;
