@@ -173,12 +173,11 @@ def fused_conv_chain(
     n_sp = run.ndim * (2 if full else 1)
     strides = list(cov.stride())
     sp = strides[cov.ndim - n_sp :]
-    c_strides = {
-        (True, 2): sp,
-        (True, 1): [0, 0, *sp],
-        (False, 2): [sp[0], 0, sp[1], 0],
-        (False, 1): [0, 0, sp[0], 0],
-    }[(full, run.ndim)]
+    # the C kernel's strides along h, h', w, w' (1-D: h is a dummy axis of size 1)
+    if full:
+        c_strides = sp if run.ndim == 2 else [0, 0, *sp]
+    else:
+        c_strides = [sp[0], 0, sp[1], 0] if run.ndim == 2 else [0, 0, sp[0], 0]
     pairs = pairs.clone()
     pairs[:, 0] = pairs[:, 3] * strides[0]
     if cov.ndim - n_sp == 2:
