@@ -16,7 +16,7 @@ The diagonal layout is the single class of offset 0.
 
 from __future__ import annotations
 
-__all__ = ["CONV_HEAD", "CONV_GENERIC"]
+__all__ = ["CONV_GENERIC", "CONV_HEAD"]
 
 # Precision-independent helpers (once, after the acos routines).
 CONV_HEAD = r"""
@@ -494,8 +494,9 @@ static int SFX(conv_item)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
 
 /* The run over n_pairs pairs, from the pair tensors in_k, in_t (strides: of the first and
    second position index along each axis, h h' w w'), or with xa != NULL from the images xa,
-   xb (n, chans, H, W), contiguous (then has_t = 0); pairs (n_pairs x 5): input offset, output offset, mirrored
-   output offset (-1: none), index of the first and of the second image in the variances.
+   xb (n, chans, H, W), contiguous (then has_t = 0); pairs (n_pairs x 5): input offset,
+   output offset, mirrored output offset (-1: none), index of the first and of the second
+   image in the variances.
    ops (nops x CONV_OPW, see _fused_conv.py), opf (nops x 2). red: (n_pairs x 2) sums of the
    outputs (NULL: write out_k, out_t). Returns 1 if an entry was not finite. */
 int SFX(ntklab_conv_chain)(const REAL *in_k, const REAL *in_t, int has_t, const REAL *xa,

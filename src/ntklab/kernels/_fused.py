@@ -311,9 +311,7 @@ _DOUBLE = """
 #define SNAP (SNAP_ULPS * 2.220446049250313e-16)
 #define SFX(name) name##_d
 """
-SOURCE = (
-    _HEAD + CONV_HEAD + _FLOAT + _GENERIC + CONV_GENERIC + _DOUBLE + _GENERIC + CONV_GENERIC
-)
+SOURCE = _HEAD + CONV_HEAD + _FLOAT + _GENERIC + CONV_GENERIC + _DOUBLE + _GENERIC + CONV_GENERIC
 
 # -ffast-math lets gcc vectorize the loops (reductions, selects); the clamps are explicit and
 # the NaN/inf test works on the bits. It is given to the compile step only: linking with it

@@ -247,7 +247,9 @@ def _pair_table(n1: int, n2: int, size_in: int, size_out: int, symmetric: bool) 
         i = torch.arange(n1).repeat_interleave(n2)
         j = torch.arange(n2).repeat(n1)
     flat = i * n2 + j
-    mirror = torch.where(i < j, (j * n2 + i) * size_out, -1) if symmetric else torch.full_like(i, -1)
+    mirror = (
+        torch.where(i < j, (j * n2 + i) * size_out, -1) if symmetric else torch.full_like(i, -1)
+    )
     return torch.stack([flat * size_in, flat * size_out, mirror, i, j], dim=1).contiguous()
 
 
