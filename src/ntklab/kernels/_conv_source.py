@@ -4,14 +4,12 @@ It is compiled into the same library as the fused ``[Relu, Dense]`` kernel
 (:data:`ntklab.kernels._fused.SOURCE`), after that kernel's ``acos_sin`` routine, once per
 precision (``REAL``, ``UINT``, ``EXP_MASK``, ``SNAP`` and ``SFX`` defined by the includer).
 
-The carried tensor of one image pair is cut into **offset classes**: in the full layout
-``K[h, h', w, w']`` the convolution sums along diagonals, :math:`K'_{hh'} = \\sum_d
-K_{sh + d - p,\\, sh' + d - p}`, so the entries with the same offsets :math:`(h' - h, w' - w)`
-(taken modulo the size for circular padding) form a small image that the whole run maps to
-the class of offsets divided by the strides. Each class goes through every layer of the run
-in a few kB of scratch memory (window sums as separable passes along rows, then along
-columns; ReLU duals elementwise), and is written back (or summed, for a pooling top) once.
-The diagonal layout is the single class of offset 0.
+Work is split into items, one image pair and one offset ``dh = h' - h`` of the last
+level each: the planes ``K[h, h + dh, :, :]`` (full layout) or the rows ``K[h, :]`` (diagonal
+layout, ``dh = 0``) go through every op of the run in per-thread scratch buffers (window sums
+as separable passes, the ReLU fused into each output plane), and are then written back (with
+their mirror for ``x2 = x1``) or summed for a pooling top. See
+:mod:`ntklab.kernels._fused_conv` for the derivation.
 """
 
 from __future__ import annotations

@@ -45,7 +45,14 @@ from .covariance import (
     spatial_axes,
     window_mean,
 )
-from .engine import Layer, Parameterization, as_float, check_weight_scales, check_width
+from .engine import (
+    Layer,
+    Parameterization,
+    as_float,
+    check_weight_scales,
+    check_width,
+    plain_ntk_scales,
+)
 from .kernel import KernelState
 
 __all__ = ["Conv", "ConvLayer"]
@@ -148,11 +155,7 @@ class Conv(Layer):
 
     @property
     def fused_kind(self) -> Literal["conv"] | None:
-        if self.parameterization != "ntk":
-            return None
-        scales = (self.w_std, 0.0 if self.b_std is None else self.b_std)
-        plain = all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
-        return "conv" if plain else None
+        return "conv" if plain_ntk_scales(self.w_std, self.b_std, self.parameterization) else None
 
     @property
     def _filter(self) -> tuple[int, ...]:

@@ -337,6 +337,16 @@ def check_weight_scales(
         )
 
 
+def plain_ntk_scales(
+    w_std: float | Tensor, b_std: float | Tensor | None, parameterization: str
+) -> bool:
+    """Whether a Dense or Conv layer has the NTK parameterization and plain-number scales
+    (what the fused CPU kernels take)."""
+    scales = (w_std, 0.0 if b_std is None else b_std)
+    plain = all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
+    return parameterization == "ntk" and plain
+
+
 def affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:
     """``scale * x + shift``, in place when allowed and the coefficients are plain numbers."""
     if inplace and not isinstance(scale, Tensor) and not isinstance(shift, Tensor):
