@@ -154,6 +154,32 @@ static REAL SFX(conv_relu_row)(REAL *restrict k, REAL *restrict t, int with_t, i
     return cmax;
 }
 
+/* y = the sum of the n rows x[0..n) (m entries each; y = 0 when n = 0), in one pass. */
+static inline void SFX(conv_add_rows)(REAL *restrict y, const REAL *const *x, int n, int64_t m)
+{
+    if (n == 0) {
+        memset(y, 0, (size_t)m * sizeof(REAL));
+        return;
+    }
+    if (n == 3) { /* the common 3-wide window */
+        const REAL *restrict a = x[0], *restrict b = x[1], *restrict c = x[2];
+#pragma omp simd
+        for (int64_t q = 0; q < m; q++)
+            y[q] = a[q] + b[q] + c[q];
+        return;
+    }
+    const REAL *restrict a = x[0];
+#pragma omp simd
+    for (int64_t q = 0; q < m; q++)
+        y[q] = a[q];
+    for (int r = 1; r < n; r++) {
+        const REAL *restrict b = x[r];
+#pragma omp simd
+        for (int64_t q = 0; q < m; q++)
+            y[q] += b[q];
+    }
+}
+
 /* Row x (n entries) copied into xr with lo entries before and hi after: zeros, or the
    periodic continuation (wrap). */
 static inline void SFX(conv_pad_row)(REAL *restrict xr, const REAL *restrict x, int64_t n,
@@ -181,19 +207,17 @@ static void SFX(conv_plane_sums)(REAL *restrict out, const REAL *restrict in, co
             for (int64_t w = 0; w < Wi; w++)
                 SFX(conv_pad_row)(pad + w * ws, in + h * pi + w * Wi, Wi, pw, hi, wrap_w);
             for (int64_t w = 0; w < Wo; w++) {
-                REAL *restrict y = out + h * po + w * Wo;
-                memset(y, 0, (size_t)Wo * sizeof(REAL));
+                const REAL *rows[CONV_MAXF];
+                int nr = 0;
                 for (int64_t e = 0; e < fw; e++) {
                     int64_t jr = w + e - pw;
                     if (wrap_w)
                         jr = conv_pmod(jr, Wi);
                     else if (jr < 0 || jr >= Wi)
                         continue;
-                    const REAL *restrict xr = pad + jr * ws + e;
-#pragma omp simd
-                    for (int64_t q = 0; q < Wo; q++)
-                        y[q] += xr[q];
+                    rows[nr++] = pad + jr * ws + e;
                 }
+                SFX(conv_add_rows)(out + h * po + w * Wo, rows, nr, Wo);
             }
         }
         return;
@@ -239,15 +263,12 @@ static void SFX(conv_line_sums)(REAL *restrict out, const REAL *restrict in, con
     const int64_t hi = Wo - 1 + fw - pw - Wi > 0 ? Wo - 1 + fw - pw - Wi : 0;
     if (sw == 1 && pw <= CONV_MAXF && hi <= CONV_MAXF) { /* full-length adds from a padded row */
         REAL *restrict xr = pad;
+        const REAL *rows[CONV_MAXF];
+        for (int64_t e = 0; e < fw; e++)
+            rows[e] = xr + e;
         for (int64_t h = h0; h < h1; h++) {
-            REAL *restrict y = out + h * Wo;
             SFX(conv_pad_row)(xr, in + h * Wi, Wi, pw, hi, wrap_w);
-            memset(y, 0, (size_t)Wo * sizeof(REAL));
-            for (int64_t e = 0; e < fw; e++) {
-#pragma omp simd
-                for (int64_t q = 0; q < Wo; q++)
-                    y[q] += xr[q + e];
-            }
+            SFX(conv_add_rows)(out + h * Wo, rows, (int)fw, Wo);
         }
         return;
     }
@@ -405,26 +426,20 @@ static int SFX(conv_item)(const SFX(conv_chain_t) *c, REAL *buf, int64_t *seg, i
         }
         for (int64_t o = g0; o < g1; o++) {
             REAL *restrict yk = k2 + o * po, *restrict yt = t2 + o * po;
-            memset(yk, 0, (size_t)po * sizeof(REAL));
-            if (!t_zero)
-                memset(yt, 0, (size_t)po * sizeof(REAL));
+            const REAL *rk[CONV_MAXF], *rt[CONV_MAXF];
+            int nr = 0;
             for (int64_t d = 0; d < fh; d++) {
                 int64_t j = sh * o + d - ph;
                 if (c->wrap_h)
                     j = conv_pmod(j, H);
                 else if (j < h0 || j >= h1)
                     continue;
-                const REAL *restrict xk = tk + j * po;
-#pragma omp simd
-                for (int64_t q = 0; q < po; q++)
-                    yk[q] += xk[q];
-                if (!t_zero) {
-                    const REAL *restrict xt = tt + j * po;
-#pragma omp simd
-                    for (int64_t q = 0; q < po; q++)
-                        yt[q] += xt[q];
-                }
+                rk[nr] = tk + j * po;
+                rt[nr++] = tt + j * po;
             }
+            SFX(conv_add_rows)(yk, rk, nr, po);
+            if (!t_zero)
+                SFX(conv_add_rows)(yt, rt, nr, po);
             if (t_zero) {
 #pragma omp simd
                 for (int64_t q = 0; q < po; q++) {
