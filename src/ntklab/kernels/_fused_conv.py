@@ -269,16 +269,26 @@ def _diagonal_pass(
     layers: Sequence[Layer], diag: KernelState
 ) -> tuple[KernelState, list[Tensor]] | None:
     """The per-input states through ``layers`` in the diagonal layout, and the variances
-    ``(n, H, W)`` entering each ReLU (``None`` when one is not finite)."""
+    ``(n, H, W)`` entering each ReLU (``None`` when one is not finite).
+
+    Each input is perfectly correlated with itself at each position (:math:`\\theta = 0`),
+    where the ReLU duals are :math:`K/2` and :math:`\\Theta/2`; the convolutions are the
+    layers' own rules."""
     d = to_diagonal(diag)
     variances: list[Tensor] = []
     for layer in layers:
         if layer.fused_kind == "relu":
+            if d.product:
+                return None  # the eager path raises
             v = d.cov if d.cov.ndim == 3 else d.cov.unsqueeze(1)
             if not bool(torch.isfinite(v).all()):
                 return None
             variances.append(v)
-        d = next_diagonal(layer, d)
+            half = d.cov * 0.5
+            ntk = None if d.ntk is None else d.ntk * 0.5
+            d = dataclasses.replace(d, cov=half, ntk=ntk, var1=half, var2=half, gaussian=False)
+        else:
+            d = self_variances(layer.propagate(d, inplace=True))
     if not bool(torch.isfinite(d.cov).all()):
         return None
     return d, variances
