@@ -35,8 +35,8 @@ kernel sums the outputs instead of writing them, so the per-pair tensor never re
 torch. OpenMP splits the items over ``torch.get_num_threads()`` threads; each item is
 computed by one thread and its sums are added in a fixed order, so results do not depend on
 the thread count. Window sums and ReLU duals are computed in the input's precision (float32
-agrees with float64 to about 1e-6 of the largest entry at depth 5), the pooled sums in
-float64.
+agrees with float64 to 5e-7 of the largest entry for 5 x [Conv 3x3, Relu] on 32 x 32 images),
+the pooled sums in float64.
 
 The C code is compiled with the dense kernel into one library (same cache, checksum,
 fallback and ``NTKLAB_DISABLE_FUSED=1`` switch: :func:`ntklab.kernels._fused.available`).
