@@ -336,10 +336,11 @@ def propagate_run(
     cov, ntk = done
     diag1 = _per_input_out(run, flow.diag1, pass_a, cov, ntk, top, symmetric)
     diag2 = None
-    if not symmetric:
-        assert flow.diag2 is not None
+    if flow.diag2 is not None:
         diag2 = _per_input_out(run, flow.diag2, pass_b, cov, ntk, top, False)
-    if diag1 is None or (not symmetric and diag2 is None):
+        if diag2 is None:
+            return None
+    if diag1 is None:
         return None
     fan_in, spatial_ndim, gaussian, product = _flags(pass_a[0], top)
     state = dataclasses.replace(
