@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from ..errors import NtklabValueError, NumericalWarning
+from ._conv_source import CONV_GENERIC, CONV_HEAD
 from .covariance import next_diagonal
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ _DOUBLE = """
 #define SNAP (SNAP_ULPS * 2.220446049250313e-16)
 #define SFX(name) name##_d
 """
-SOURCE = _HEAD + _FLOAT + _GENERIC + _DOUBLE + _GENERIC
+SOURCE = _HEAD + CONV_HEAD + _FLOAT + _GENERIC + CONV_GENERIC + _DOUBLE + _GENERIC + CONV_GENERIC
 
 # -ffast-math lets gcc vectorize the loops (reductions, selects); the clamps are explicit and
 # the NaN/inf test works on the bits. It is given to the compile step only: linking with it
@@ -450,6 +451,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         chain = getattr(lib, f"ntklab_relu_dense_chain_{sfx}")
         chain.argtypes = [ptr, ptr, i32, i64, i64, i32, i32, *[ptr] * 6, i32, i32, ptr]
         chain.restype = i32
+        conv = getattr(lib, f"ntklab_conv_chain_{sfx}")
+        conv.argtypes = [ptr, ptr, i32, ptr, ptr, i64, ptr, ptr, ptr, i64, ptr, i32, i32, i32, i32]
+        conv.argtypes += [*[ptr] * 7, i64, i64, i32, ptr]
+        conv.restype = i32
         acos = getattr(lib, f"ntklab_acos_sin_{sfx}")
         acos.argtypes = [ptr, ptr, ptr, i64]
         acos.restype = None

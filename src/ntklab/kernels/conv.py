@@ -47,7 +47,14 @@ from .covariance import (
     spatial_axes,
     window_mean,
 )
-from .engine import Layer, Parameterization, as_float, check_weight_scales, check_width
+from .engine import (
+    Layer,
+    Parameterization,
+    as_float,
+    check_weight_scales,
+    check_width,
+    plain_ntk_scales,
+)
 from .kernel import KernelState
 
 __all__ = [
@@ -158,6 +165,10 @@ class Conv(Layer):
     @property
     def spatial_ndim(self) -> int | None:
         return len(self._filter)
+
+    @property
+    def fused_kind(self) -> Literal["conv"] | None:
+        return "conv" if plain_ntk_scales(self.w_std, self.b_std, self.parameterization) else None
 
     @property
     def _filter(self) -> tuple[int, ...]:

@@ -27,6 +27,7 @@ from .engine import (
     as_float,
     check_weight_scales,
     check_width,
+    plain_ntk_scales,
 )
 from .kernel import KernelState
 
@@ -96,11 +97,7 @@ class Dense(Layer):
 
     @property
     def fused_kind(self) -> Literal["dense"] | None:
-        if self.parameterization != "ntk":
-            return None
-        scales = (self.w_std, 0.0 if self.b_std is None else self.b_std)
-        plain = all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
-        return "dense" if plain else None
+        return "dense" if plain_ntk_scales(self.w_std, self.b_std, self.parameterization) else None
 
     def _requires_grad(self) -> bool:
         return any(isinstance(v, Tensor) and v.requires_grad for v in (self.w_std, self.b_std))

@@ -18,7 +18,8 @@ What this module owns, and the layer rooms do not:
 - **Validation** of the inputs (:func:`check_images`) and of the chain.
 - **Blocking** over input pairs under ``max_memory`` (:func:`kernel_in_blocks`).
 - **Dispatch** of runs of ``[Relu, Dense]`` on flat CPU inputs to the fused backend
-  (:mod:`ntklab.kernels._fused`).
+  (:mod:`ntklab.kernels._fused`), and of runs of ``[Conv, Relu]`` on CPU images to the fused
+  convolution backend (:mod:`ntklab.kernels._fused_conv`).
 
 Each layer family (dense, activations, convolution, pooling, normalization, dropout, graphs)
 lives in its own module with its kernel rule and its finite module side by side; they import
@@ -46,7 +47,7 @@ from .._checks import (
 )
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
-from . import _fused
+from . import _fused, _fused_conv
 from .covariance import next_diagonal, self_variances, to_diagonal, with_variances
 from .kernel import Kernel, KernelState
 from .network_wrappers import AntisymmetricPair, ScaledOutput
@@ -85,6 +86,18 @@ class Flow:
     pair: KernelState
     diag1: KernelState
     diag2: KernelState | None
+    images: tuple[Tensor, Tensor | None] | None = None
+    """When set, ``pair.cov`` is a placeholder of the right shape (zero strides, no memory):
+    the pair kernel is the input kernel of these images, which the fused convolution kernel
+    computes itself and :meth:`materialized` writes out."""
+
+    def materialized(self) -> Flow:
+        """The flow with the input pair kernel written out (a no-op unless ``images``)."""
+        if self.images is None:
+            return self
+        x1, x2 = self.images
+        pair = image_pair_state(x1, x2, full=self.pair.full_spatial)
+        return Flow(pair, self.diag1, self.diag2).refreshed()
 
     def refreshed(self) -> Flow:
         """The flow with ``pair``'s variances taken from the per-input states."""
@@ -140,11 +153,21 @@ def run_chain(
     """Propagate ``flow`` through ``layers`` as ``plan`` says.
 
     ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
-    (which works in place).
+    (which works in place), and runs of ``[Conv, Relu]`` on image states the fused
+    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows).
     """
     i = 0
     layers = tuple(layers)
     while i < len(layers):
+        if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
+            length = _fused_conv.run_length(layers, i)
+            if length:
+                top = layers[i + length] if i + length < len(layers) else None
+                conv_done = _fused_conv.propagate_run(layers[i : i + length], flow, top)
+                if conv_done is not None:
+                    flow, used_top = conv_done
+                    i += length + int(used_top)
+                    continue
         if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim == 0:
             length = _fused.run_length(layers, i)
             if length:
@@ -155,6 +178,8 @@ def run_chain(
                     flow = Flow(pair, d1, None if flow.diag2 is None else d2)
                     i += length
                     continue
+        if isinstance(flow, Flow):
+            flow = flow.materialized()
         flow = layers[i].step(flow, plan.branches[i], inplace=inplace)
         if not plan.keep_full[i]:
             flow = (
@@ -255,9 +280,10 @@ class Layer(ABC):
         return False
 
     @property
-    def fused_kind(self) -> Literal["relu", "dense"] | None:
-        """``"relu"`` or ``"dense"`` (NTK parameterization, plain-number scales) when the
-        fused CPU kernel can run the layer (:mod:`ntklab.kernels._fused`)."""
+    def fused_kind(self) -> Literal["relu", "dense", "conv"] | None:
+        """``"relu"``, ``"dense"`` or ``"conv"`` (NTK parameterization, plain-number scales)
+        when the fused CPU kernels can run the layer (:mod:`ntklab.kernels._fused`,
+        :mod:`ntklab.kernels._fused_conv`)."""
         return None
 
     @property
@@ -324,6 +350,16 @@ def check_weight_scales(
         )
 
 
+def plain_ntk_scales(
+    w_std: float | Tensor, b_std: float | Tensor | None, parameterization: str
+) -> bool:
+    """Whether a Dense or Conv layer has the NTK parameterization and plain-number scales
+    (what the fused CPU kernels take)."""
+    scales = (w_std, 0.0 if b_std is None else b_std)
+    plain = all(isinstance(v, int | float) and not isinstance(v, bool) for v in scales)
+    return parameterization == "ntk" and plain
+
+
 def affine(x: Tensor, scale: float | Tensor, shift: float | Tensor, inplace: bool) -> Tensor:
     """``scale * x + shift``, in place when allowed and the coefficients are plain numbers."""
     if inplace and not isinstance(scale, Tensor) and not isinstance(shift, Tensor):
@@ -353,23 +389,33 @@ def flat_input_flow(a: Tensor, b: Tensor | None, *, fusable: bool) -> Flow:
     return Flow(pair, diag1, diag2)
 
 
-def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
-    """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
-    the diagonal spatial layout."""
-    c, s = x1.shape[1], x1.ndim - 2
+def _image_specs(s: int, full: bool) -> tuple[str, str]:
+    """einsum specs of the pair and of the per-input kernels of ``s``-D images."""
     letters = "hwdxyz"[:s]
     up = letters.upper()
     if full:
         pair = "".join(a + b for a, b in zip(letters, up, strict=True))
-        spec = f"ic{letters},jc{up}->ij{pair}"
-        self_spec = f"ic{letters},ic{up}->i{pair}"
-    else:
-        spec = f"ic{letters},jc{letters}->ij{letters}"
-        self_spec = f"ic{letters},ic{letters}->i{letters}"
+        return f"ic{letters},jc{up}->ij{pair}", f"ic{letters},ic{up}->i{pair}"
+    return f"ic{letters},jc{letters}->ij{letters}", f"ic{letters},ic{letters}->i{letters}"
+
+
+def image_pair_state(x1: Tensor, x2: Tensor | None, *, full: bool) -> KernelState:
+    """The input kernel between the images of ``x1`` and ``x2`` (variances not yet set)."""
+    c, s = x1.shape[1], x1.ndim - 2
+    spec, _ = _image_specs(s, full)
     other = x1 if x2 is None else x2
     grad = torch.is_grad_enabled() and (x1.requires_grad or other.requires_grad)
     cov = torch.einsum(spec, x1, other)
     cov = cov / c if grad else cov.div_(c)
+    return KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
+
+
+def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool, lazy: bool = False) -> Flow:
+    """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
+    the diagonal spatial layout. ``lazy``: leave the pair kernel to the fused convolution
+    kernel (:attr:`Flow.images`)."""
+    c, s = x1.shape[1], x1.ndim - 2
+    _, self_spec = _image_specs(s, full)
 
     def self_state(x: Tensor) -> KernelState:
         k = torch.einsum(self_spec, x, x) / c
@@ -377,8 +423,13 @@ def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool) -> Flow:
 
     diag1 = self_state(x1)
     diag2 = None if x2 is None else self_state(x2)
+    if not lazy:
+        return Flow(image_pair_state(x1, x2, full=full), diag1, diag2).refreshed()
+    n2 = x1.shape[0] if x2 is None else x2.shape[0]
+    layout = [d for size in x1.shape[2:] for d in ((size, size) if full else (size,))]
+    cov = x1.new_zeros(()).expand(x1.shape[0], n2, *layout)
     state = KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
-    return Flow(state, diag1, diag2).refreshed()
+    return Flow(state, diag1, diag2, images=(x1, x2)).refreshed()
 
 
 # --------------------------------------------------------------------------------------------
@@ -684,9 +735,10 @@ class Architecture:
             torch.is_grad_enabled()
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
         )
-        fusable = inplace and a.ndim == 2 and _fused.supports(a)
+        fusable = inplace and _fused.supports(a)
         if a.ndim > 2:
-            flow: Flows = image_input_flow(a, b, full=plan.carry == "full")
+            lazy = fusable and _fused_conv.run_length(self.layers, 0) > 0
+            flow: Flows = image_input_flow(a, b, full=plan.carry == "full", lazy=lazy)
         else:
             flow = flat_input_flow(a, b, fusable=fusable)
         flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
