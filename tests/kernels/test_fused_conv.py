@@ -193,6 +193,27 @@ def test_circular_stride_not_dividing_the_size_stays_eager(
     _assert_matches(fused, _eager(monkeypatch, arch, x, None), RTOL[F64], DIAG_RTOL[F64])
 
 
+def test_three_dimensional_convolutions_stay_eager(
+    monkeypatch: pytest.MonkeyPatch, calls: list[int]
+) -> None:
+    """The fused kernel has 1-D and 2-D layouts only: 3-D filters (``(n, C, D, H, W)``) take
+    the eager path, with either top, and give its values."""
+    x = _images(3, (4, 5, 3), 8)
+    for top in (GlobalAvgPool(), Flatten()):
+        arch = nl.serial(
+            Conv(filter_shape=(3, 3, 3), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            Conv(filter_shape=(2, 3, 1), w_std=1.3, b_std=0.1),
+            nl.Relu(),
+            top,
+            nl.Dense(w_std=1.1, b_std=0.05),
+        )
+        calls.clear()
+        k = arch.kernel(x)
+        assert not calls
+        _assert_matches(k, _eager(monkeypatch, arch, x, None), RTOL[F64], DIAG_RTOL[F64])
+
+
 def _reference_cases() -> list[dict[str, Any]]:
     import json
 

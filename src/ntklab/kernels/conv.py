@@ -168,6 +168,10 @@ class Conv(Layer):
 
     @property
     def fused_kind(self) -> Literal["conv"] | None:
+        """``"conv"`` for 1-D and 2-D filters with plain-number NTK scales (the fused
+        convolution kernel has no 3-D layout: 3-D convolutions run eager)."""
+        if len(self._filter) > 2:
+            return None
         return "conv" if plain_ntk_scales(self.w_std, self.b_std, self.parameterization) else None
 
     @property
