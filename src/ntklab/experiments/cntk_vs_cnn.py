@@ -34,24 +34,19 @@ CIFAR-10 (``--set dataset=cifar10 cifar_root=PATH`` runs CIFAR-10 where a copy e
 Everything else of the paper scale is as before.
 
 Paper scale (depth 5, 2000 training and 1000 test images of 28 x 28, a width-128 CNN trained
-for 2000 steps) needs fast convolutional kernels and an accelerator; it does not fit in an
-hour on a 2-core CPU. The CNTK-GAP is the cost: with pooling, every pair of images carries
-the covariance of all :math:`784^2` pairs of positions through the five layers
-(:mod:`ntklab.kernels.spatial`: a zero-padded buffer, nine shifted additions per 3 x 3
-window, the ReLU's arccos, at every layer), where the flattened top needs only aligned
-positions. Measured on the project's 2-core x86_64 machine, shared with other work (load 5
-to 6), at depth 5 on 28 x 28 images: 2 to 6.6 CNTK-GAP entries (input pairs) per second on
-one thread, 3 per second on two, 0.15 to 0.5 s a pair; the CNTK-V about 900 pairs per
-second. The paper grid needs :math:`2000^2` training and :math:`1000 \times 2000` test
-entries, :math:`6 \times 10^6` pairs (:math:`4 \times 10^6` if the training kernel's
-symmetry were used): :math:`1.2 \times 10^6` s at 5 pairs per second, one to three weeks on
-both cores (blocks of ``max_memory_mb`` = 16384). The finite CNN adds :math:`2.8 \times
-10^9` flops per image and step, :math:`1.1 \times 10^{16}` flops for 2000 steps on 2000
-images, measured at 94 ms per image-step on one thread: about 105 hours on one thread, two
-days on both cores. Each run notes the CNTK-GAP's measured rate (``notes``). Arora et al.
-(2019) computed the CNTK with GPU kernels; here it needs a faster CNTK implementation and a
-device for the networks and kernels (the experiment runs on the CPU); ``ntklab reproduce
---workers`` runs experiments side by side and does not split one.
+for 2000 steps) does not fit in an hour on a 2-core CPU. The CNTK-GAP is the cost: with
+pooling, every pair of images carries the covariance of all :math:`784^2` pairs of positions
+through the five layers. With the fused convolution kernel (:mod:`ntklab.kernels._fused_conv`)
+it runs at 28 to 42 CNTK-GAP pairs per second on the project's 2-core x86_64 machine in
+float32 (shared with other work, load 3.8, 2026-12-02; the eager recursion before it: 2 to
+6.6 pairs per second on one thread, 3 on two); the CNTK-V at about 22,000 pairs per second. The paper
+grid needs :math:`2000 \cdot 2001 / 2` training and :math:`1000 \times 2000` test entries,
+:math:`4 \times 10^6` pairs: about 30 hours on both cores. The finite CNN adds :math:`2.8
+\times 10^9` flops per image and step, :math:`1.1 \times 10^{16}` flops for 2000 steps on
+2000 images, measured at 94 ms per image-step on one thread: about 105 hours on one thread,
+two days on both cores. Each run notes the CNTK-GAP's measured rate (``notes``). Arora et al.
+(2019) computed the CNTK with GPU kernels; here the kernels and the network run on a device
+with ``--device cuda`` (the solves on the CPU).
 """
 
 from __future__ import annotations
@@ -529,8 +524,8 @@ EXPERIMENT = register(
         headline=("cntk_gap_accuracy", "cntk_flatten_accuracy", "mlp_ntk_accuracy"),
         dataset="scikit-learn digits (8x8)",
         paper_scale_cost=(
-            "one to three weeks on 2 cores (the CNTK-GAP at 3 pairs/s for 6e6 pairs);"
-            " needs fast conv kernels and a GPU"
+            "about 30 hours of CNTK-GAP on 2 cores (4e6 pairs at 28-42 pairs/s with the fused"
+            " kernel) and two days of CNN training; needs a GPU (--device cuda)"
         ),
         config_type=CntkVsCnnConfig,
         dtype_field="kernel_dtype",
