@@ -2,8 +2,9 @@
 
 One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
 :mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
-:mod:`.spatial_maps` (resizing, indexing), :mod:`.attention`, :mod:`.normalization`,
-:mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``,
+:mod:`.spatial_maps` (resizing, indexing), :mod:`.aggregate` (graph neural networks and
+multiplication by constants; their inputs in :mod:`.graph_batch`), :mod:`.attention`,
+:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``,
 ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the carried state, validation,
 blocking, ``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
 """
@@ -25,6 +26,7 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .aggregate import Aggregate, DotGeneral
 from .attention import GlobalSelfAttention
 from .conv import Conv, ConvLocal, ConvTranspose
 from .dense import Dense
@@ -41,6 +43,7 @@ from .graphs import (
     parallel,
     repeat,
 )
+from .graph_batch import GraphBatch, GraphNetwork, edges_to_adjacency
 from .kernel import Kernel
 from .normalization import LayerNorm
 from .pooling import AvgPool, Flatten, GlobalAvgPool, GlobalSumPool, SumPool
@@ -63,6 +66,7 @@ __all__ = [
     "ABRelu",
     "Abs",
     "Activation",
+    "Aggregate",
     "Architecture",
     "AvgPool",
     "Conv",
@@ -77,12 +81,15 @@ __all__ = [
     "ExpNormalized",
     "FanInConcat",
     "FanInProd",
+    "DotGeneral",
     "FanInSum",
     "FanOut",
     "Flatten",
     "Gabor",
     "GaussianBump",
     "Gelu",
+    "GraphBatch",
+    "GraphNetwork",
     "GlobalAvgPool",
     "GlobalSelfAttention",
     "GlobalSumPool",
@@ -110,6 +117,7 @@ __all__ = [
     "Softplus",
     "SumPool",
     "Tanh",
+    "edges_to_adjacency",
     "from_torch",
     "parallel",
     "repeat",
