@@ -200,7 +200,9 @@ def test_edges_to_adjacency() -> None:
         (None, "v2", (((), ()), ((), ())), "nchw,k->nchwk"),
     ],
 )
-def test_dot_general_kernel_of_inputs(lhs: str | None, rhs: str | None, dims: Any, einsum: str) -> None:
+def test_dot_general_kernel_of_inputs(
+    lhs: str | None, rhs: str | None, dims: Any, einsum: str
+) -> None:
     """Right after the input the kernel is the channel and position average of the products
     of the mapped inputs (Flatten reads equal positions)."""
     g = torch.Generator().manual_seed(9)
@@ -213,9 +215,15 @@ def test_dot_general_kernel_of_inputs(lhs: str | None, rhs: str | None, dims: An
     x1 = torch.randn(3, 2, 3, 4, generator=g, dtype=F64)
     x2 = torch.randn(2, 2, 3, 4, generator=g, dtype=F64)
     const = consts[lhs or rhs]  # type: ignore[index]
-    layer = DotGeneral(lhs=const, dimension_numbers=dims) if lhs else DotGeneral(rhs=const, dimension_numbers=dims)
+    layer = (
+        DotGeneral(lhs=const, dimension_numbers=dims)
+        if lhs
+        else DotGeneral(rhs=const, dimension_numbers=dims)
+    )
     y1, y2 = (torch.einsum(einsum, *((const, x) if lhs else (x, const))) for x in (x1, x2))
-    torch.testing.assert_close(layer.module(None, None, generator=None, dtype=F64, device=None)(x1), y1)
+    torch.testing.assert_close(
+        layer.module(None, None, generator=None, dtype=F64, device=None)(x1), y1
+    )
     k = nl.serial(layer, Flatten()).kernel(x1, x2)
     want = y1.flatten(1) @ y2.flatten(1).T / y1[0].numel()
     torch.testing.assert_close(k.nngp, want, rtol=1e-12, atol=1e-12)
@@ -227,7 +235,9 @@ def test_dot_general_kernel_of_inputs(lhs: str | None, rhs: str | None, dims: An
 
 def test_graph_batch_refuses_bad_shapes() -> None:
     x = torch.randn(3, 2, 5, dtype=F64)
-    with pytest.raises(NtklabValueError, match=r"adjacency: expected a 3-D tensor of shape \(n, N, N\)"):
+    with pytest.raises(
+        NtklabValueError, match=r"adjacency: expected a 3-D tensor of shape \(n, N, N\)"
+    ):
         GraphBatch(x, torch.ones(3, 5))
     with pytest.raises(NtklabValueError, match=r"adjacency: expected a 3-D tensor"):
         GraphBatch(x, torch.ones(3, 5, 4))

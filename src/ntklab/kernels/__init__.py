@@ -4,9 +4,10 @@ One module per layer family, each with its kernel rule and its finite module: :m
 :mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
 :mod:`.spatial_maps` (resizing, indexing), :mod:`.aggregate` (graph neural networks and
 multiplication by constants; their inputs in :mod:`.graph_batch`), :mod:`.attention`,
-:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``,
-``repeat``, ``Residual``), over the engine (:mod:`.engine`: the carried state, validation,
-blocking, ``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
+:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
+``parallel``, ``FanIn*``, ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the
+carried state, validation, blocking, ``Architecture`` and ``serial``) and the fused CPU
+backend (:mod:`._fused`).
 """
 
 from .activations import (
@@ -33,6 +34,7 @@ from .dense import Dense
 from .dropout import Dropout
 from .engine import Architecture, Layer, serial
 from .from_torch import from_torch
+from .graph_batch import GraphBatch, GraphNetwork, edges_to_adjacency
 from .graphs import (
     FanInConcat,
     FanInProd,
@@ -43,7 +45,6 @@ from .graphs import (
     parallel,
     repeat,
 )
-from .graph_batch import GraphBatch, GraphNetwork, edges_to_adjacency
 from .kernel import Kernel
 from .normalization import LayerNorm
 from .pooling import AvgPool, Flatten, GlobalAvgPool, GlobalSumPool, SumPool
@@ -74,6 +75,7 @@ __all__ = [
     "ConvTranspose",
     "Cos",
     "Dense",
+    "DotGeneral",
     "Dropout",
     "Elementwise",
     "Erf",
@@ -81,18 +83,17 @@ __all__ = [
     "ExpNormalized",
     "FanInConcat",
     "FanInProd",
-    "DotGeneral",
     "FanInSum",
     "FanOut",
     "Flatten",
     "Gabor",
     "GaussianBump",
     "Gelu",
-    "GraphBatch",
-    "GraphNetwork",
     "GlobalAvgPool",
     "GlobalSelfAttention",
     "GlobalSumPool",
+    "GraphBatch",
+    "GraphNetwork",
     "Hermite",
     "Identity",
     "ImageResize",

@@ -197,7 +197,9 @@ class AggregateLayer(nn.Module):
 # --------------------------------------------------------------------------------------------
 # multiplication by a constant
 
-DimensionNumbers = tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], ...]]
+DimensionNumbers = tuple[
+    tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
+]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -221,19 +223,22 @@ def _dot_spec(x_ndim: int, const_ndim: int, dims: Any, is_lhs: bool) -> str:
 
 
 def _as_dims(value: object) -> DimensionNumbers:
+    """``value`` as ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``."""
+    parts: list[tuple[int, ...]] = []
     try:
-        (c_l, c_r), (b_l, b_r) = value  # type: ignore[misc]
-        dims = ((tuple(c_l), tuple(c_r)), (tuple(b_l), tuple(b_r)))
+        for pair in value:  # type: ignore[attr-defined]
+            a, b = pair
+            parts.extend((tuple(a), tuple(b)))
     except (TypeError, ValueError):
-        dims = None
-    if dims is None or any(
-        isinstance(a, bool) or not isinstance(a, int) for pair in dims for part in pair for a in part
+        parts = []
+    if len(parts) != 4 or any(
+        isinstance(a, bool) or not isinstance(a, int) for part in parts for a in part
     ):
         raise NtklabTypeError(
             "dimension_numbers: expected ((lhs_contracting, rhs_contracting), (lhs_batch, "
             f"rhs_batch)), tuples of ints, got {value!r}"
         )
-    return dims  # type: ignore[return-value]
+    return ((parts[0], parts[1]), (parts[2], parts[3]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,6 +10,7 @@ reads) and through the finite network of ``Architecture.to_torch``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +80,7 @@ class GraphBatch:
             )
         if a.shape[1] != nodes:
             hint = (
-                f"; features look channels-last (n, N, C): pass features.permute(0, 2, 1)"
+                "; features look channels-last (n, N, C): pass features.permute(0, 2, 1)"
                 if c == a.shape[1]
                 else ""
             )
@@ -147,8 +148,7 @@ def edges_to_adjacency(edges: Tensor, num_nodes: int) -> Tensor:
     edges = edges.long()
     if bool((edges >= num_nodes).any()):
         raise NtklabValueError(
-            f"edges: expected node indices below num_nodes = {num_nodes}, got "
-            f"{int(edges.max())}"
+            f"edges: expected node indices below num_nodes = {num_nodes}, got {int(edges.max())}"
         )
     n = edges.shape[0]
     keep = (edges >= 0).all(dim=2)  # shape: (n, E)
@@ -174,7 +174,7 @@ class GraphNetwork(nn.Module):
                 "input: expected a GraphBatch(features, adjacency) (the network aggregates "
                 f"over each graph's adjacency), got {type(input).__name__}"
             )
-        readers = [m for m in self.net.modules() if getattr(m, "reads_adjacency", False)]
+        readers: list[Any] = [m for m in self.net.modules() if getattr(m, "reads_adjacency", False)]
         for m in readers:
             m.adjacency = input.adjacency
         try:
