@@ -182,6 +182,20 @@ def test_blocks_and_self_kernel_agree() -> None:
     torch.testing.assert_close(k.var1, torch.diagonal(k.nngp))
 
 
+def test_kernel_is_differentiable_in_features_and_adjacency() -> None:
+    g = _graphs(12, n=2, nodes=3)
+    arch = nl.serial(
+        Conv(8, (1,), w_std=1.5, b_std=0.1), nl.Relu(), Aggregate(), GlobalAvgPool(), nl.Dense(1)
+    )
+    x = g.features.clone().requires_grad_(True)
+    a = g.adjacency.clone().requires_grad_(True)
+
+    def ntk(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return arch.kernel(GraphBatch(x, a), GraphBatch(x[:1] * 0.5, a[:1])).ntk
+
+    assert torch.autograd.gradcheck(ntk, (x, a))
+
+
 def test_edges_to_adjacency() -> None:
     edges = torch.tensor([[[0, 1], [1, 2], [0, 1], [-1, 2]], [[2, 0], [2, 2], [0, -1], [1, 0]]])
     a = edges_to_adjacency(edges, 3)
