@@ -2,10 +2,12 @@
 
 One module per layer family, each with its kernel rule and its finite module: :mod:`.dense`,
 :mod:`.activations` (and :mod:`.stax_activations`), :mod:`.conv`, :mod:`.pooling`,
-:mod:`.spatial_maps` (resizing, indexing), :mod:`.attention`, :mod:`.normalization`,
-:mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``, ``parallel``, ``FanIn*``,
-``repeat``, ``Residual``), over the engine (:mod:`.engine`: the carried state, validation,
-blocking, ``Architecture`` and ``serial``) and the fused CPU backend (:mod:`._fused`).
+:mod:`.spatial_maps` (resizing, indexing), :mod:`.aggregate` (graph neural networks and
+multiplication by constants; their inputs in :mod:`.graph_batch`), :mod:`.attention`,
+:mod:`.normalization`, :mod:`.dropout` and :mod:`.graphs` (branches: ``FanOut``,
+``parallel``, ``FanIn*``, ``repeat``, ``Residual``), over the engine (:mod:`.engine`: the
+carried state, validation, blocking, ``Architecture`` and ``serial``) and the fused CPU
+backend (:mod:`._fused`).
 """
 
 from .activations import (
@@ -25,12 +27,14 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .aggregate import Aggregate, DotGeneral
 from .attention import GlobalSelfAttention
 from .conv import Conv, ConvLocal, ConvTranspose
 from .dense import Dense
 from .dropout import Dropout
 from .engine import Architecture, Layer, serial
 from .from_torch import from_torch
+from .graph_batch import GraphBatch, GraphNetwork, edges_to_adjacency
 from .graphs import (
     FanInConcat,
     FanInProd,
@@ -63,6 +67,7 @@ __all__ = [
     "ABRelu",
     "Abs",
     "Activation",
+    "Aggregate",
     "Architecture",
     "AvgPool",
     "Conv",
@@ -70,6 +75,7 @@ __all__ = [
     "ConvTranspose",
     "Cos",
     "Dense",
+    "DotGeneral",
     "Dropout",
     "Elementwise",
     "Erf",
@@ -86,6 +92,8 @@ __all__ = [
     "GlobalAvgPool",
     "GlobalSelfAttention",
     "GlobalSumPool",
+    "GraphBatch",
+    "GraphNetwork",
     "Hermite",
     "Identity",
     "ImageResize",
@@ -110,6 +118,7 @@ __all__ = [
     "Softplus",
     "SumPool",
     "Tanh",
+    "edges_to_adjacency",
     "from_torch",
     "parallel",
     "repeat",

@@ -49,6 +49,7 @@ from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
 from . import _fused, _fused_conv
 from .covariance import next_diagonal, self_variances, to_diagonal, with_variances
+from .graph_batch import GraphBatch, GraphNetwork
 from .kernel import Kernel, KernelState
 from .network_wrappers import AntisymmetricPair, ScaledOutput
 
@@ -274,6 +275,12 @@ class Layer(ABC):
         return any(layer.drops_spatial_axes for layer in self.sublayers)
 
     @property
+    def reads_adjacency(self) -> bool:
+        """Whether the layer reads the adjacency of graph inputs (``Aggregate``): the
+        architecture then takes :class:`~ntklab.kernels.GraphBatch` inputs."""
+        return any(layer.reads_adjacency for layer in self.sublayers)
+
+    @property
     def passes_through(self) -> bool:
         """Whether the layer only averages or reshapes (pooling, ``Flatten``, ``Dropout``,
         ``Identity``): a normalization's gain may reach a ``Dense`` through it."""
@@ -399,30 +406,55 @@ def _image_specs(s: int, full: bool) -> tuple[str, str]:
     return f"ic{letters},jc{letters}->ij{letters}", f"ic{letters},ic{letters}->i{letters}"
 
 
-def image_pair_state(x1: Tensor, x2: Tensor | None, *, full: bool) -> KernelState:
-    """The input kernel between the images of ``x1`` and ``x2`` (variances not yet set)."""
+def image_pair_state(
+    x1: Tensor,
+    x2: Tensor | None,
+    *,
+    full: bool,
+    adjacency: tuple[Tensor, Tensor] | None = None,
+) -> KernelState:
+    """The input kernel between the images of ``x1`` and ``x2`` (variances not yet set);
+    ``adjacency``: the pair's graphs (:class:`GraphBatch`), carried in the state."""
     c, s = x1.shape[1], x1.ndim - 2
     spec, _ = _image_specs(s, full)
     other = x1 if x2 is None else x2
     grad = torch.is_grad_enabled() and (x1.requires_grad or other.requires_grad)
     cov = torch.einsum(spec, x1, other)
     cov = cov / c if grad else cov.div_(c)
-    return KernelState(cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full)
+    return KernelState(
+        cov, None, cov, cov, c, spatial_ndim=s, full_spatial=full, adjacency=adjacency
+    )
 
 
-def image_input_flow(x1: Tensor, x2: Tensor | None, *, full: bool, lazy: bool = False) -> Flow:
+def image_input_flow(
+    x1: Tensor,
+    x2: Tensor | None,
+    *,
+    full: bool,
+    lazy: bool = False,
+    adjacency: tuple[Tensor, Tensor | None] | None = None,
+) -> Flow:
     """Input kernels of image batches ``(n, C, *S)``, averaged over channels, in the full or
     the diagonal spatial layout. ``lazy``: leave the pair kernel to the fused convolution
-    kernel (:attr:`Flow.images`)."""
+    kernel (:attr:`Flow.images`); ``adjacency``: the graphs of inputs ``x1`` and ``x2``
+    (:class:`GraphBatch`), carried in the states (never lazy)."""
     c, s = x1.shape[1], x1.ndim - 2
     _, self_spec = _image_specs(s, full)
+    a1, a2 = (None, None) if adjacency is None else adjacency
 
-    def self_state(x: Tensor) -> KernelState:
+    def self_state(x: Tensor, a: Tensor | None) -> KernelState:
         k = torch.einsum(self_spec, x, x) / c
-        return self_variances(KernelState(k, None, k, k, c, spatial_ndim=s, full_spatial=full))
+        graph = None if a is None else (a, a)
+        return self_variances(
+            KernelState(k, None, k, k, c, spatial_ndim=s, full_spatial=full, adjacency=graph)
+        )
 
-    diag1 = self_state(x1)
-    diag2 = None if x2 is None else self_state(x2)
+    diag1 = self_state(x1, a1)
+    diag2 = None if x2 is None else self_state(x2, a2)
+    if a1 is not None:
+        pair_graph = (a1, a1 if a2 is None else a2)
+        pair = image_pair_state(x1, x2, full=full, adjacency=pair_graph)
+        return Flow(pair, diag1, diag2).refreshed()
     if not lazy:
         return Flow(image_pair_state(x1, x2, full=full), diag1, diag2).refreshed()
     n2 = x1.shape[0] if x2 is None else x2.shape[0]
@@ -678,7 +710,11 @@ class Architecture:
         return plan_chain(self.layers, False)
 
     def kernel(
-        self, x1: Tensor, x2: Tensor | None = None, *, max_memory: int | None = None
+        self,
+        x1: Tensor | GraphBatch,
+        x2: Tensor | GraphBatch | None = None,
+        *,
+        max_memory: int | None = None,
     ) -> Kernel:
         """NNGP and NTK between the rows of ``x1`` and ``x2``.
 
@@ -686,6 +722,9 @@ class Architecture:
         ----------
         x1 : Tensor of shape (n1, d), or (n1, C, *S) for an architecture with spatial layers
             Images are torch's channels-first batches: ``(n, C, L)`` or ``(n, C, H, W)``.
+            Graphs (for an architecture with ``Aggregate``) are
+            :class:`~ntklab.kernels.GraphBatch` of features ``(n1, C, N)`` and adjacency
+            ``(n1, N, N)``.
         x2 : Tensor of the same shape but for n2, optional
             Defaults to ``x1``.
         max_memory : int, optional
@@ -714,6 +753,8 @@ class Architecture:
         torch.Size([4, 4])
         """
         plan = self.plan()
+        if isinstance(x1, GraphBatch) or isinstance(x2, GraphBatch):
+            return self._graph_kernel(x1, x2, plan, max_memory)
         if not any(layer.spatial_layer for layer in self.layers):
             a, b = check_inputs(x1, x2)
             _check_flat_fits(a, b, max_memory)
@@ -729,16 +770,63 @@ class Architecture:
         spatial = peak_spatial_shape(self.layers, tuple(a.shape[2:]))
         return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
 
-    def _kernel(self, a: Tensor, b: Tensor | None, plan: Plan) -> Kernel:
-        """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``)."""
+    def _graph_kernel(
+        self, x1: object, x2: object | None, plan: Plan, max_memory: int | None
+    ) -> Kernel:
+        """The kernel of graph inputs (:class:`GraphBatch`), in blocks of graph pairs."""
+        for name, x in (("x1", x1), ("x2", x2)):
+            if x is not None and not isinstance(x, GraphBatch):
+                raise NtklabTypeError(
+                    f"{name}: expected a GraphBatch like the other input, got {type(x).__name__}"
+                )
+        g1: GraphBatch = x1  # type: ignore[assignment]
+        g2: GraphBatch | None = x2  # type: ignore[assignment]
+        if max_memory is not None:
+            resolve_max_memory(max_memory)  # the type and sign
+        if g2 is not None and (
+            g2.shape[1:] != g1.shape[1:]
+            or g2.features.dtype != g1.features.dtype
+            or g2.features.device != g1.features.device
+        ):
+            raise NtklabValueError(
+                f"x2: expected graphs of x1's channels and nodes {tuple(g1.shape[1:])}, dtype "
+                f"{g1.features.dtype} and device {g1.features.device}, got "
+                f"{tuple(g2.shape[1:])}, {g2.features.dtype} and {g2.features.device}"
+            )
+        channels = g1.shape[1]
+        full = plan.carry == "full"
+        # The blocks slice features and adjacency together: one (n, C + N, N) tensor per batch.
+        a = torch.cat([g1.features, g1.adjacency], dim=1)
+        b = None if g2 is None else torch.cat([g2.features, g2.adjacency], dim=1)
+
+        def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
+            pa, pb = xa[:, channels:], None if xb is None else xb[:, channels:]
+            fb = None if xb is None else xb[:, :channels]
+            return self._kernel(xa[:, :channels], fb, plan, adjacency=(pa, pb))
+
+        spatial = peak_spatial_shape(self.layers, tuple(g1.shape[2:]))
+        return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
+
+    def _kernel(
+        self,
+        a: Tensor,
+        b: Tensor | None,
+        plan: Plan,
+        adjacency: tuple[Tensor, Tensor | None] | None = None,
+    ) -> Kernel:
+        """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``; graphs
+        with their ``adjacency``)."""
         inplace = not (
             torch.is_grad_enabled()
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
         )
         fusable = inplace and _fused.supports(a)
         if a.ndim > 2:
+            # graphs carry their adjacency, which the fused convolution kernel does not
+            fusable = fusable and adjacency is None
             lazy = fusable and _fused_conv.run_length(self.layers, 0) > 0
-            flow: Flows = image_input_flow(a, b, full=plan.carry == "full", lazy=lazy)
+            full = plan.carry == "full"
+            flow: Flows = image_input_flow(a, b, full=full, lazy=lazy, adjacency=adjacency)
         else:
             flow = flat_input_flow(a, b, fusable=fusable)
         flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
@@ -898,10 +986,13 @@ class Architecture:
             parameterization=parameterization,
         )
         modules = build_modules(self.layers, in_features, out_features, options, top=True)
-        if modules and hasattr(modules[0], "check_layout"):
+        graph = any(layer.reads_adjacency for layer in self.layers)
+        if modules and hasattr(modules[0], "check_layout") and not graph:
             first: Any = modules[0]
             first.check_layout = True  # refuse channels-last inputs, as kernel() does
         net: nn.Module = nn.Sequential(*modules)
+        if graph:
+            net = GraphNetwork(net)  # takes GraphBatch(features, adjacency)
         if zero_output:
             net = AntisymmetricPair(net)
         if alpha != 1.0:

@@ -76,7 +76,10 @@ class KernelState:
     last layer's fresh weights (after ``Dense``/``Conv``, not after a nonlinearity): what
     ``LayerNorm`` and the residual sum assume. ``product`` says that it is a product of
     branches (``FanInProd``), not Gaussian, until the next ``Dense``/``Conv``: activations
-    (whose duals are Gaussian expectations) cannot read it.
+    (whose duals are Gaussian expectations) cannot read it. ``adjacency`` holds, for graph
+    inputs (:class:`~ntklab.kernels.GraphBatch`), the adjacency of the row inputs and of the
+    column inputs, ``(n1, N, N)`` and ``(n2, N, N)`` (on the diagonal pass both are the
+    input's own), which :class:`~ntklab.kernels.Aggregate` reads; ``None`` otherwise.
     """
 
     cov: Tensor
@@ -88,6 +91,7 @@ class KernelState:
     full_spatial: bool = False
     gaussian: bool = False
     product: bool = False
+    adjacency: tuple[Tensor, Tensor] | None = None
 
     @property
     def batch_ndim(self) -> int:
