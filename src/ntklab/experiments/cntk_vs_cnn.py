@@ -37,16 +37,16 @@ Paper scale (depth 5, 2000 training and 1000 test images of 28 x 28, a width-128
 for 2000 steps) does not fit in an hour on a 2-core CPU. The CNTK-GAP is the cost: with
 pooling, every pair of images carries the covariance of all :math:`784^2` pairs of positions
 through the five layers. With the fused convolution kernel (:mod:`ntklab.kernels._fused_conv`)
-it runs at 28 to 42 CNTK-GAP pairs per second on the project's 2-core x86_64 machine in
-float32 (shared with other work, load 3.8, 2026-12-02; the eager recursion before it: 2 to
-6.6 pairs per second on one thread, 3 on two); the CNTK-V at about 22,000 pairs per
-second. The paper grid needs :math:`2000 \cdot 2001 / 2` training and :math:`1000 \times 2000` test entries,
+it runs at 28 to 42 CNTK-GAP pairs per second on the project's 2-core x86_64 machine in float32
+(shared with other work, load 3.8, 2026-12-02; the eager recursion before it: 2 to 6.6 pairs
+per second on one thread, 3 on two); the CNTK-V at about 22,000 pairs per second. The paper
+grid needs :math:`2000 \cdot 2001 / 2` training and :math:`1000 \times 2000` test entries,
 :math:`4 \times 10^6` pairs: about 30 hours on both cores. The finite CNN adds :math:`2.8
-\times 10^9` flops per image and step, :math:`1.1 \times 10^{16}` flops for 2000 steps on
-2000 images, measured at 94 ms per image-step on one thread: about 105 hours on one thread,
-two days on both cores. Each run notes the CNTK-GAP's measured rate (``notes``). Arora et al.
-(2019) computed the CNTK with GPU kernels; here the kernels and the network run on a device
-with ``--device cuda`` (the solves on the CPU).
+\times 10^9` flops per image and step, :math:`1.1 \times 10^{16}` flops for 2000 steps on 2000
+images, measured at 94 ms per image-step on one thread: about 105 hours on one thread, two days
+on both cores. Each run notes the CNTK-GAP's measured rate (``notes``). Arora et al. (2019)
+computed the CNTK with GPU kernels; here the kernels and the network run on a device with
+``--device cuda`` (the solves on the CPU).
 """
 
 from __future__ import annotations
