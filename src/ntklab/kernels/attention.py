@@ -326,7 +326,9 @@ class GlobalSelfAttention(Layer):
         dtype: torch.dtype,
         device: torch.device | str | None,
     ) -> nn.Module:
-        default = out_features if out_features is not None else (in_features or 1)
+        # None: as many channels as the input, resolved on the first forward call (the last
+        # layer of a residual branch keeps its input's width, as ConvLayer does)
+        default = out_features if out_features is not None else in_features
         return SelfAttentionLayer(
             in_features,
             self.n_chan_out if self.n_chan_out is not None else default,
@@ -472,7 +474,9 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
     :math:`a = 1` and :math:`W_Q = W_K` with linear scaling, :math:`a = 1/2` otherwise. The
     embeddings are :math:`\\sigma_{pe} L E` with unit Gaussian :math:`E` and :math:`L L^T = R`
     (:func:`positional_covariance`). ``in_channels=None``: created on the first forward call
-    (the embeddings always are: they need the spatial shape).
+    (the embeddings always are: they need the spatial shape). ``n_chan_out``, ``n_chan_key``
+    or ``n_chan_val`` ``None``: as many as the input's channels (known on the first call when
+    ``in_channels`` is None).
     """
 
     cls_to_become = None
@@ -480,9 +484,9 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
     def __init__(
         self,
         in_channels: int | None,
-        n_chan_out: int,
-        n_chan_key: int,
-        n_chan_val: int,
+        n_chan_out: int | None,
+        n_chan_key: int | None,
+        n_chan_val: int | None,
         n_heads: int,
         *,
         options: AttentionOptions = _ATTENTION_OPTIONS,
@@ -491,10 +495,10 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.n_chan_out = n_chan_out
-        self.out_features = n_chan_out
-        self.n_chan_key = n_chan_key
-        self.n_chan_val = n_chan_val
+        self.n_chan_out = n_chan_out if n_chan_out is not None else in_channels
+        self.out_features = self.n_chan_out
+        self.n_chan_key = n_chan_key if n_chan_key is not None else in_channels
+        self.n_chan_val = n_chan_val if n_chan_val is not None else in_channels
         self.n_heads = n_heads
         self.options = options
         self.in_channels = in_channels or 0
@@ -531,6 +535,10 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         self._check_input(input)
         c = int(input.shape[1])
         self.in_channels = c
+        self.n_chan_out = c if self.n_chan_out is None else self.n_chan_out
+        self.out_features = self.n_chan_out
+        self.n_chan_key = c if self.n_chan_key is None else self.n_chan_key
+        self.n_chan_val = c if self.n_chan_val is None else self.n_chan_val
         c_pe, c_k, c_v = self._channels(c)
         h = self.n_heads
         self.key.materialize((h, c_k, self.n_chan_key))
@@ -602,7 +610,7 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         query = self.key if self.query is None else self.query
         queries = keys if self.query is None else torch.einsum("npc,hcd->hnpd", xk, query)
         power = 1.0 if o.linear_scaling else 0.5
-        norm = o.w_query_std * o.w_key_std / (xk.shape[-1] * self.n_chan_key**power)
+        norm = o.w_query_std * o.w_key_std / (xk.shape[-1] * self.key.shape[-1] ** power)
         logits = torch.einsum("hnpd,hnqd->hnpq", queries, keys) * norm
         if o.attention_mechanism == "SOFTMAX":
             weights = torch.softmax(logits, dim=-1)

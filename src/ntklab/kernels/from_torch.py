@@ -23,6 +23,22 @@ sums over infinitely many units); the first layer's pre-activations are sums ove
 input's fan-in only, so the uniform weights make them Gaussian only approximately (the
 relative error of the first activation's dual is of order :math:`1/n_{in}`).
 
+Attention: ntklab's :class:`~ntklab.kernels.SelfAttentionLayer` (what ``to_torch`` builds for
+:class:`~ntklab.kernels.GlobalSelfAttention`) is read back with its heads, widths, scaling,
+mechanism and positional embeddings, so ``from_torch(arch.to_torch(width))`` has the kernel
+of ``arch``. Torch's own attention (``nn.MultiheadAttention``, and the
+``nn.TransformerEncoderLayer``/``nn.TransformerEncoder`` built on it, post- or pre-norm, as
+well as a ``softmax`` or ``scaled_dot_product_attention`` call in a forward) is refused: its
+logits :math:`q \\cdot k / \\sqrt{d_{head}}` with independent query and key weights stay
+random (Gaussian) as the width grows, and the expectation of their softmax has no closed
+form; the limit of Hron, Bahri, Sohl-Dickstein & Novak (2020) needs logits divided by
+:math:`d_{head}` with tied queries and keys ("linear scaling"), or the identity mechanism,
+which torch's module does not offer. The kernels are read for channels-first inputs
+``(n, C, L)``: a model on channels-last sequences ``(n, L, C)`` (``batch_first`` attention,
+``nn.Linear`` per position) is refused at its first ``transpose``/``permute`` (the message
+says how to write it channels-first: ``nn.Conv1d(C, C', 1)`` is a per-position
+``nn.Linear``).
+
 Dropout is read at inference (``model.eval()``), where it is the identity. A module with its
 own ``forward`` is read from its ``torch.fx`` trace as a graph (:mod:`ntklab.kernels.graphs`):
 submodules and the functions ``relu``, ``tanh``, ``sigmoid``, ``gelu``, ``erf`` extend a
@@ -36,6 +52,7 @@ weights (``x * x``) and any other function are errors that name the module and i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -59,6 +76,7 @@ from .activations import (
     Softplus,
     Tanh,
 )
+from .attention import GlobalSelfAttention, SelfAttentionLayer
 from .conv import (
     Conv,
     ConvLayer,
@@ -156,6 +174,42 @@ _MONTE_CARLO = (
     "with make_model a function that returns a freshly initialized model."
 )
 
+_TORCH_ATTENTION = (
+    nn.MultiheadAttention,
+    nn.TransformerEncoderLayer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoderLayer,
+    nn.TransformerDecoder,
+    nn.Transformer,
+)
+
+_SOFTMAX_ATTENTION = (
+    "torch's attention is the softmax of logits q.k / sqrt(head_dim) with independent query "
+    "and key weights: as the width grows these logits stay random (Gaussian) and the "
+    "infinite-width kernel of their softmax has no closed form (Hron, Bahri, Sohl-Dickstein & "
+    "Novak, 2020 give one for logits divided by head_dim with tied queries and keys, the "
+    "'linear scaling', or for the identity mechanism). For a transformer with a limit, build "
+    "ntklab's self-attention: nl.serial(..., nl.kernels.GlobalSelfAttention(), ...)"
+    ".to_torch(width) gives SelfAttentionLayer modules on channels-first sequences (n, C, L), "
+    "which from_torch reads"
+)
+
+_CHANNELS_LAST = (
+    "its forward reorders the axes of a value; the kernels are read for channels-first "
+    "inputs (n, C, L) and (n, C, H, W), and a model on channels-last sequences (n, L, C) "
+    "(batch_first attention) is not mapped: write it channels-first, with "
+    "nn.Conv1d(C, C', 1) for a per-position nn.Linear and ntklab's SelfAttentionLayer for "
+    "attention"
+)
+
+
+def _attention_reason(mod: nn.Module) -> str:
+    """Why a torch attention module has no kernel here."""
+    if isinstance(mod, nn.MultiheadAttention):
+        return _SOFTMAX_ATTENTION
+    return f"its self-attention is an nn.MultiheadAttention: {_SOFTMAX_ATTENTION}"
+
+
 # spatial rank of the representation while reading: None unknown (at the input), 0 flat,
 # 1, 2 or 3 spatial dimensions; "pooled": after AdaptiveAvgPool(1), before Flatten.
 _Rank = int | str | None
@@ -179,7 +233,8 @@ def from_torch(
         ``nn.Flatten``, ``nn.LayerNorm`` (over the features of ``(n, d)`` inputs, or over
         ``(C, H, W)`` without affine), ``nn.GroupNorm(1, C)``, ``nn.Dropout``,
         ``nn.Identity``, and ntklab's finite modules (residual blocks are
-        :class:`ntklab.nets.ResidualBlock`).
+        :class:`ntklab.nets.ResidualBlock`, self-attention
+        :class:`ntklab.kernels.SelfAttentionLayer` on channels-first sequences).
     w_std, b_std : float or mapping of module path to float, optional
         Weight and bias scales of the torch ``nn.Linear``/``nn.Conv`` layers, meaning
         :math:`W \\sim N(0, \\sigma_w^2 / n_{in})` and :math:`b \\sim N(0, \\sigma_b^2)`; a
@@ -199,7 +254,8 @@ def from_torch(
         ``module`` is not a ``torch.nn.Module``.
     NtklabValueError
         A submodule has no infinite-width kernel here (``nn.MaxPool2d``, ``nn.BatchNorm2d``,
-        attention, a module with its own ``forward``, ...) or is used in a way that has none
+        torch's softmax attention ``nn.MultiheadAttention`` and the transformer layers built
+        on it, a forward that reorders axes (channels-last), ...) or is used in a way that has none
         (e.g. ``nn.Linear`` on the spatial axes of an image): the message names the module
         and its path and points to the Monte Carlo estimators of :mod:`ntklab.empirical`.
 
@@ -260,8 +316,8 @@ class _Reader:
                     "batch normalization couples the inputs of a batch in training mode and "
                     "its statistics are not part of the kernel"
                 )
-            elif isinstance(mod, nn.MultiheadAttention | nn.TransformerEncoderLayer):
-                why = "attention is not supported yet"
+            elif isinstance(mod, _TORCH_ATTENTION):
+                why = _attention_reason(mod)
             elif isinstance(mod, nn.MaxPool1d | nn.MaxPool2d | nn.AdaptiveMaxPool2d):
                 why = "max pooling has no closed-form kernel"
             elif type(mod).forward is not nn.Module.forward and not isinstance(mod, nn.Sequential):
@@ -287,6 +343,7 @@ class _Reader:
             ((GlobalAvgPoolLayer, GlobalSumPoolLayer), self._global_pool_layer),
             ((ImageResizeLayer, IndexLayer), self._spatial_map_layer),
             ((LayerNormLayer,), self._layer_norm_layer),
+            ((SelfAttentionLayer,), self._attention_layer),
             ((ResidualBlock,), self._residual),
             ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
@@ -413,6 +470,19 @@ class _Reader:
             width=int(mod.out_features),
         )
         return [layer], 0
+
+    def _attention_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
+        _require_rank(mod, path, rank, (1, 2, 3), "it attends over the positions of sequences")
+        options = mod.options
+        fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        layer = GlobalSelfAttention(
+            n_chan_out=mod.n_chan_out,
+            n_chan_key=mod.n_chan_key,
+            n_chan_val=mod.n_chan_val,
+            n_heads=mod.n_heads,
+            **fields,
+        )
+        return [layer], rank
 
     def _conv_layer(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         ndim = len(mod.filter_shape)
@@ -614,6 +684,10 @@ def _traced_graph(mod: nn.Module) -> Any:
     return graph
 
 
+_ATTENTION_FUNCTIONS = ("softmax", "scaled_dot_product_attention", "multi_head_attention_forward")
+_REORDERS = ("transpose", "permute", "swapaxes", "swapdims", "movedim")
+
+
 class _GraphReader:
     """Reads a traced forward into a chain of layers with ``FanOut``/``parallel``/``FanIn``.
 
@@ -634,6 +708,15 @@ class _GraphReader:
         self.x = next(n for n in nodes if n.op == "placeholder")
         self.order = {n: i for i, n in enumerate(nodes)}
         called = [str(n.target) for n in nodes if n.op == "call_module"]
+        for target in called:
+            sub = self.mod.get_submodule(target)
+            if isinstance(sub, _TORCH_ATTENTION):
+                sub_path = f"{self.path}.{target}" if self.path else target
+                raise _unsupported(sub, sub_path, _attention_reason(sub))
+        for n in nodes:
+            name = getattr(n.target, "__name__", n.target)
+            if n.op in ("call_function", "call_method") and name in _ATTENTION_FUNCTIONS:
+                raise self.fail(f"its forward calls {name!r} ({n.name}): {_SOFTMAX_ATTENTION}")
         twice = sorted({t for t in called if called.count(t) > 1})
         if twice:
             raise self.fail(
@@ -731,7 +814,10 @@ class _GraphReader:
                     "channel or feature axis (dim=1) is read"
                 )
             return self.branches(list(values), [1.0] * len(values), FanInConcat(dim), start, rank)
-        raise self.fail(f"its forward calls {getattr(target, '__name__', target)!r} ({node.name})")
+        name = getattr(target, "__name__", target)
+        if name in _REORDERS:
+            raise self.fail(f"{_CHANNELS_LAST} ({node.name} calls {name!r})")
+        raise self.fail(f"its forward calls {name!r} ({node.name})")
 
     def branches(
         self, operands: list[Any], signs: list[float], fan_in: Layer, start: Any, rank: _Rank
