@@ -51,6 +51,7 @@ from . import label_alignment  # noqa: F401
 from . import trace_bound  # noqa: F401
 from . import gp_convergence  # noqa: F401
 from . import cntk_vs_cnn  # noqa: F401
+from . import attention_kernel  # noqa: F401
 
 __all__ = [
     "JUDGED_SCALES",
