@@ -35,14 +35,17 @@ Data, computation, measurement, verdict, figure:
    the relative test errors of both kernels against the training-set size.
 
 Paper scale (widths 64 to 4096, 30 seeds, 16 sequences of 8 tokens of 8 channels, training
-sets up to 2000 sequences) would take about 3 hours of one core. Measured on the project's
-2-core x86_64 machine, one thread, float64, shared with other work: one empirical NTK over 8
-sequences of 6 tokens costs about 1.5 s at width 1024 and grows about 4-fold per doubling of
-the width past 512 (the attention weights :math:`m^2` per layer), so about 25 s at width 4096;
-with 16 sequences of 8 tokens (the Jacobian rows grow with :math:`n L`) about 2.7 times more.
-Over 30 seeds and the seven widths, about 2.5 hours; the analytic kernels of 2000 + 500
-sequences of 8 tokens (a full :math:`8 \times 8` covariance per pair of sequences), about 15
-minutes.
+sets up to 2000 sequences) would take about an hour of one core. Measured on the project's
+2-core x86_64 machine, one thread, float64, shared with other work (load 4.5, 2026-12-02):
+one empirical NTK over 8 sequences of 6 tokens of 4 channels (the quick grid) costs 1.4 s at
+width 1024 and 7.0 s at width 2048 (drawing the network included), about 5 times more per
+doubling of the width past 1024 (the attention and feed-forward weights grow as :math:`m^2`);
+over 16 sequences of 8 tokens of 8 channels, 2.3 s at width 1024 and 12.9 s at width 2048,
+so about 60 s at width 4096: about 80 s per seed over the seven widths, 40 minutes for 30
+seeds. The analytic NTK of 1000 sequences of 8 tokens took 88 s; the 2500 sequences of the
+regression (a full :math:`8 \times 8` position covariance per pair) about 9 minutes, with
+float64 tensors of :math:`2500^2 \cdot 64` entries (3.2 GB each), several held at once: it
+needs a machine with more than the project's 23 GB, or the kernel computed in blocks. Not run.
 """
 
 from __future__ import annotations
@@ -389,8 +392,9 @@ EXPERIMENT = register(
         judge=judge,
         draw=draw,
         paper_scale_cost=(
-            "about 3 CPU-hours (30 seeds of empirical NTKs up to width 4096, about 25 s each "
-            "at width 4096); not run"
+            "about an hour of one core (30 seeds of empirical NTKs up to width 4096, about "
+            "60 s each at width 4096), but the analytic kernels of 2500 sequences hold 3.2 GB "
+            "float64 tensors, several at once; needs more than 23 GB of memory"
         ),
     )
 )
