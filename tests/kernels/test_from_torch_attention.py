@@ -13,6 +13,7 @@ from torch import nn
 import ntklab as nl
 from ntklab import kernels as nk
 from ntklab.errors import NtklabValueError
+from ntklab.kernels.attention import SelfAttentionLayer
 
 
 def _transformer(norm_first: bool, attention: nk.GlobalSelfAttention) -> nk.Architecture:
@@ -63,6 +64,18 @@ def test_round_trip_gives_the_same_kernel(name: str, norm_first: bool) -> None:
     expected, got = arch.kernel(x), read.kernel(x)
     torch.testing.assert_close(got.nngp, expected.nngp, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got.ntk, expected.ntk, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_in_a_residual_branch_keeps_the_width() -> None:
+    """``to_torch`` gives the attention of a residual branch the width of its input (its key,
+    value and output widths default to the input's channels), as the kernel assumes."""
+    model = _transformer(False, nk.GlobalSelfAttention(n_heads=2)).to_torch(16, dtype=torch.float64)
+    model(_x())
+    (attention,) = [m for m in model.modules() if isinstance(m, SelfAttentionLayer)]
+    assert tuple(attention.key.shape) == (2, 16, 16)
+    assert tuple(attention.value.shape) == (2, 16, 16)
+    assert tuple(attention.out.shape) == (32, 16)
+    assert attention.out_features == 16
 
 
 def test_the_read_scales_change_the_kernel() -> None:

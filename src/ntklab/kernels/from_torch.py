@@ -716,7 +716,10 @@ class _GraphReader:
         for n in nodes:
             name = getattr(n.target, "__name__", n.target)
             if n.op in ("call_function", "call_method") and name in _ATTENTION_FUNCTIONS:
-                raise self.fail(f"its forward calls {name!r} ({n.name}): {_SOFTMAX_ATTENTION}")
+                raise self.fail(
+                    f"its forward calls {name!r} ({n.name}): the softmax of Gaussian values "
+                    f"has no closed-form kernel; in attention, {_SOFTMAX_ATTENTION}"
+                )
         twice = sorted({t for t in called if called.count(t) > 1})
         if twice:
             raise self.fail(
