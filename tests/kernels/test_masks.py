@@ -219,3 +219,70 @@ def test_errors() -> None:
     up = nl.serial(ConvTranspose(None, (2,), (2,)), Relu(), Flatten(), Dense())
     with pytest.raises(NtklabValueError, match="ConvTranspose: masked inputs"):
         up.kernel(x, mask_constant=PAD)
+
+
+# --------------------------------------------------------------------------------------------
+# finite networks
+
+
+@pytest.mark.parametrize("name", ["attention_gap", "conv_gap"])
+def test_finite_network_on_padding_is_the_network_on_short_sequences(name: str) -> None:
+    """The same weights give the same outputs on the padded (masked) and on the short
+    sequences: the forward pass ignores the padding as the kernel does."""
+    arch = SHORT_ARCHITECTURES[name]()
+    net = arch.to_torch(
+        16, mask_constant=PAD, generator=torch.Generator().manual_seed(0), dtype=F64
+    )
+    short = torch.randn(3, 2, 5, dtype=F64, generator=torch.Generator().manual_seed(1))
+    out = net(padded(short, 9))
+    plain = net.net(short)  # the unmasked modules, now initialized
+    torch.testing.assert_close(out, plain, rtol=1e-12, atol=1e-12)
+    zero_padded = net.net(padded(short, 9, 0.0))
+    assert float((zero_padded - plain).detach().abs().max()) > 1e-3
+
+
+def test_finite_networks_monte_carlo_nngp() -> None:
+    """The output covariance over initializations of masked finite networks (VALID
+    convolution, AvgPool, Flatten) approaches the masked NNGP, not the unmasked one."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 2, 9, dtype=F64, generator=g)
+    for i, length in enumerate([9, 5, 4]):
+        x[i, :, length:] = PAD
+    arch = nl.serial(  # large biases: the padding of an unmasked network weighs
+        conv(3, "VALID", b=1.0),
+        Relu(),
+        AvgPool((2,), strides=(2,), padding="VALID"),
+        conv(2, b=1.0),
+        Erf(),
+        Flatten(),
+        Dense(w_std=1.2),
+    )
+    want = arch.kernel(x, mask_constant=PAD).nngp
+    unmasked = arch.kernel(torch.where(x == PAD, 0.0, x)).nngp
+    outs = []
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for _ in range(400):
+            net = arch.to_torch(64, mask_constant=PAD, generator=gen, dtype=F64)
+            outs.append(net(x)[:, 0])
+    f = torch.stack(outs)  # shape: (draws, n)
+    got = f.T @ f / f.shape[0]
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) < 0.12 * scale
+    assert float((unmasked - want).abs().max()) > 0.3 * scale
+
+
+def test_finite_network_errors() -> None:
+    from ntklab.kernels import Residual
+
+    with pytest.raises(NtklabTypeError, match="mask_constant"):
+        SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant="x")  # type: ignore[arg-type]
+    res = nl.serial(conv(3), Residual(nl.serial(conv(3), Relu())), Relu(), GlobalAvgPool(), Dense())
+    with pytest.raises(NtklabValueError, match="without branches"):
+        res.to_torch(8, mask_constant=PAD)
+    norm = nl.serial(conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense())
+    with pytest.raises(NtklabValueError, match="axes='all'"):
+        norm.to_torch(8, mask_constant=PAD)
+    net = SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant=PAD, dtype=F64)
+    with pytest.raises(NtklabValueError, match="at least one unmasked position"):
+        net(torch.full((2, 2, 5), PAD, dtype=F64))

@@ -511,6 +511,7 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         self.options = options
         self.in_channels = in_channels or 0
         self.check_layout = False
+        self.key_mask: Tensor | None = None  # (n, *S), set for a call by MaskedNetwork
         self._generator = generator
         self._dtype, self._device = dtype, device
         self.key = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
@@ -616,6 +617,9 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         power = 1.0 if o.linear_scaling else 0.5
         norm = o.w_query_std * o.w_key_std / (xk.shape[-1] * self.n_chan_key**power)
         logits = torch.einsum("hnpd,hnqd->hnpq", queries, keys) * norm
+        if self.key_mask is not None:  # padded keys get no weight
+            fill = -math.inf if o.attention_mechanism == "SOFTMAX" else 0.0
+            logits = logits.masked_fill(self.key_mask.flatten(1)[None, :, None, :], fill)
         if o.attention_mechanism == "SOFTMAX":
             weights = torch.softmax(logits, dim=-1)
         elif o.attention_mechanism == "ABS":

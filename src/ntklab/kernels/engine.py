@@ -601,6 +601,12 @@ def check_images(
     return a, b
 
 
+def check_mask_constant(mask_constant: object) -> None:
+    """Raise unless ``mask_constant`` is a real number (NaN and infinities included)."""
+    if isinstance(mask_constant, bool) or not isinstance(mask_constant, int | float):
+        raise NtklabTypeError(f"mask_constant: expected a float (or None), got {mask_constant!r}")
+
+
 def masked_input(name: str, x: object, mask_constant: float) -> tuple[Tensor, Tensor]:
     """``x`` ``(n, C, *S)`` with its entries equal to ``mask_constant`` (NaN: its NaN
     entries) set to zero, and the mask of its positions ``(n, *S)``: ``True`` where every
@@ -871,14 +877,11 @@ class Architecture:
         x2: object | None,
         plan: Plan,
         max_memory: int | None,
-        mask_constant: object,
+        mask_constant: float,
     ) -> Kernel:
         """The kernel of padded inputs whose entries equal to ``mask_constant`` are masked,
         in blocks of input pairs (the position masks travel as one more channel)."""
-        if isinstance(mask_constant, bool) or not isinstance(mask_constant, int | float):
-            raise NtklabTypeError(
-                f"mask_constant: expected a float (or None), got {mask_constant!r}"
-            )
+        check_mask_constant(mask_constant)
         spatial_ndim = architecture_spatial_ndim(self.layers)
         if not any(layer.spatial_layer for layer in self.layers) or isinstance(x1, GraphBatch):
             raise NtklabValueError(
@@ -1050,6 +1053,7 @@ class Architecture:
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        mask_constant: float | None = None,
     ) -> nn.Module:
         """A finite network with this architecture.
 
@@ -1083,6 +1087,11 @@ class Architecture:
             Source of randomness for the initialization (reproducible networks).
         dtype, device
             Of the parameters.
+        mask_constant : float, optional
+            Padding value of the inputs, as in :meth:`kernel`: the network is a
+            :class:`~ntklab.kernels.masking.MaskedNetwork`, which zeroes the masked
+            positions after every module, averages ``GlobalAvgPool`` over the unmasked
+            positions and gives padded keys no attention weight (a chain without branches).
 
         Returns
         -------
@@ -1129,6 +1138,11 @@ class Architecture:
             device=device,
             parameterization=parameterization,
         )
+        if mask_constant is not None:
+            from .masking import check_maskable
+
+            check_mask_constant(mask_constant)
+            check_maskable(self.layers)
         modules = build_modules(self.layers, in_features, out_features, options, top=True)
         graph = any(layer.reads_adjacency for layer in self.layers)
         if modules and hasattr(modules[0], "check_layout") and not graph:
@@ -1137,6 +1151,10 @@ class Architecture:
         net: nn.Module = nn.Sequential(*modules)
         if graph:
             net = GraphNetwork(net)  # takes GraphBatch(features, adjacency)
+        if mask_constant is not None:
+            from .masking import MaskedNetwork
+
+            net = MaskedNetwork(net, self.layers, mask_constant)  # type: ignore[arg-type]
         if zero_output:
             net = AntisymmetricPair(net)
         if alpha != 1.0:
