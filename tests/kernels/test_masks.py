@@ -21,11 +21,15 @@ from ntklab.kernels import (
     ConvTranspose,
     Dense,
     Erf,
+    FanInSum,
+    FanOut,
     Flatten,
     GlobalAvgPool,
     GlobalSelfAttention,
     LayerNorm,
     Relu,
+    Residual,
+    parallel,
 )
 
 F64 = torch.float64
@@ -130,6 +134,37 @@ SHORT_ARCHITECTURES = {
     "layernorm_channel": lambda: nl.serial(
         conv(3), LayerNorm(axes="channel"), Relu(), GlobalAvgPool(), Dense()
     ),
+    # branches run their own chains (eager too: the fused kernels carry no masks)
+    "residual": lambda: nl.serial(
+        conv(3), Residual(nl.serial(conv(3), Relu(), conv(3))), Relu(), GlobalAvgPool(), Dense()
+    ),
+    "fan_out": lambda: nl.serial(
+        conv(3),
+        FanOut(2),
+        parallel(nl.serial(conv(3), Relu(), conv(3)), nl.serial(conv(1), Erf(), conv(1))),
+        FanInSum(),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
+    # positional embeddings of the first positions are those of the short sequence
+    "attention_abs_pos_emb": lambda: nl.serial(
+        conv(1),
+        Erf(),
+        GlobalSelfAttention(
+            n_chan_out=64,
+            n_chan_key=64,
+            n_chan_val=64,
+            n_heads=2,
+            attention_mechanism="ABS",
+            pos_emb_type="SUM",
+            pos_emb_decay_fn=lambda d: torch.exp(-d),
+            val_pos_emb=True,
+        ),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
 }
 
 
@@ -150,10 +185,11 @@ def test_padded_and_masked_equals_short_sequences(name: str, constant: float) ->
     mixed = torch.cat([padded(short1[:1], 9, constant), padded(short2[:1, :, :3], 9, constant)])
     k = arch.kernel(mixed, mask_constant=constant)
     first, second = eager(arch, short1[:1]), eager(arch, short2[:1, :, :3])
+    # self-kernels: in-place and out-of-place rounding near correlation 1 differ by ~1e-9
     for got_k, want in ((k.ntk, "ntk"), (k.nngp, "nngp")):
         alone = torch.stack([getattr(first, want)[0, 0], getattr(second, want)[0, 0]])
-        torch.testing.assert_close(got_k.diagonal(), alone, rtol=1e-10, atol=0.0)
-    torch.testing.assert_close(k.var1, torch.cat([first.var1, second.var1]), rtol=1e-10, atol=0.0)
+        torch.testing.assert_close(got_k.diagonal(), alone, rtol=1e-8, atol=0.0)
+    torch.testing.assert_close(k.var1, torch.cat([first.var1, second.var1]), rtol=1e-8, atol=0.0)
 
 
 def test_no_masked_entry_is_the_plain_kernel() -> None:
@@ -272,9 +308,34 @@ def test_finite_networks_monte_carlo_nngp() -> None:
     assert float((unmasked - want).abs().max()) > 0.3 * scale
 
 
-def test_finite_network_errors() -> None:
-    from ntklab.kernels import Residual
+def test_images_padded_and_masked() -> None:
+    """2-D: images padded at the bottom and on the right, kernel and finite network."""
+    g = torch.Generator().manual_seed(6)
+    x1 = torch.randn(2, 2, 4, 5, dtype=F64, generator=g)
+    x2 = torch.randn(3, 2, 4, 5, dtype=F64, generator=g)
 
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        out = torch.full((x.shape[0], 2, 6, 7), PAD, dtype=F64)
+        out[:, :, :4, :5] = x
+        return out
+
+    arch = nl.serial(
+        Conv(None, (3, 3), w_std=1.5, b_std=0.1),
+        Relu(),
+        Conv(None, (3, 3), b_std=0.3),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    )
+    ref = eager(arch, x1, x2)
+    got = arch.kernel(pad(x1), pad(x2), mask_constant=PAD)
+    torch.testing.assert_close(got.ntk, ref.ntk, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got.nngp, ref.nngp, rtol=1e-10, atol=1e-12)
+    net = arch.to_torch(8, mask_constant=PAD, dtype=F64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(net(pad(x1)), net.net(x1), rtol=1e-12, atol=1e-12)
+
+
+def test_finite_network_errors() -> None:
     with pytest.raises(NtklabTypeError, match="mask_constant"):
         SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant="x")  # type: ignore[arg-type]
     res = nl.serial(conv(3), Residual(nl.serial(conv(3), Relu())), Relu(), GlobalAvgPool(), Dense())

@@ -161,10 +161,13 @@ def run_chain(
 
     ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
     (which works in place), and runs of ``[Conv, Relu]`` on image states the fused
-    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows).
+    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows); never for
+    masked inputs (:attr:`KernelState.mask`), whose masks the fused kernels do not carry.
     """
     i = 0
     layers = tuple(layers)
+    # the fused kernels do not carry masks: masked inputs run eager (in branches too)
+    fusable = fusable and flow_masks(flow) is None
     while i < len(layers):
         if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
             length = _fused_conv.run_length(layers, i)
