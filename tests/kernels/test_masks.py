@@ -347,3 +347,27 @@ def test_finite_network_errors() -> None:
     net = SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant=PAD, dtype=F64)
     with pytest.raises(NtklabValueError, match="at least one unmasked position"):
         net(torch.full((2, 2, 5), PAD, dtype=F64))
+
+
+def test_gradients_in_the_inputs() -> None:
+    """The masked kernel is differentiable in the inputs (finite differences), with zero
+    gradient at the padding."""
+    g = torch.Generator().manual_seed(8)
+    x = padded(torch.randn(2, 2, 4, dtype=F64, generator=g), 6).requires_grad_()
+    other = padded(torch.randn(2, 2, 5, dtype=F64, generator=g), 6)
+    arch = ARCHITECTURES["conv_relu_attention_gap_dense"]()
+
+    def ntk(x: torch.Tensor) -> torch.Tensor:
+        # against other inputs: the self-kernel's diagonal sits at correlation 1, where
+        # the ReLU dual is not differentiable
+        return arch.kernel(x, other, mask_constant=PAD).ntk
+
+    unmasked, base = (x != PAD).detach(), x.detach().clone()
+    # finite differences move the unmasked entries only (a moved padding entry is data)
+    assert torch.autograd.gradcheck(
+        lambda v: ntk(torch.where(unmasked, v, base)), (x,), eps=1e-6, atol=1e-6
+    )
+    ntk(x).sum().backward()
+    assert x.grad is not None
+    assert bool((x.grad[:, :, 4:] == 0).all())
+    assert float(x.grad[:, :, :4].abs().max()) > 0
