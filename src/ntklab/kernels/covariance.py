@@ -318,7 +318,8 @@ def masked_counts(state: KernelState) -> Tensor:
     """The number of unmasked position pairs of each input pair of a masked spatial
     ``state``: ``(n1, n2)`` (``(n,)`` per input), :math:`|S_1| |S_2|` over unmasked
     positions."""
-    assert state.mask is not None
+    if state.mask is None:  # pragma: no cover - called on masked states only
+        raise NtklabValueError("state: expected a masked state, got mask=None")
     m1, m2 = state.mask
     c1 = (~m1).flatten(1).sum(dim=1).to(state.cov.dtype)
     c2 = (~m2).flatten(1).sum(dim=1).to(state.cov.dtype)
