@@ -26,9 +26,11 @@ from ntklab.kernels import (
     Flatten,
     GlobalAvgPool,
     GlobalSelfAttention,
+    Index,
     LayerNorm,
     Relu,
     Residual,
+    Slice,
     parallel,
 )
 
@@ -371,3 +373,41 @@ def test_gradients_in_the_inputs() -> None:
     assert x.grad is not None
     assert bool((x.grad[:, :, 4:] == 0).all())
     assert float(x.grad[:, :, :4].abs().max()) > 0
+
+
+def test_branches_that_change_the_spatial_shape() -> None:
+    """Branches with VALID convolutions carry their own masks: the sum of two independent
+    branches is one branch with the variances doubled."""
+    x = torch.randn(3, 2, 9, dtype=F64, generator=torch.Generator().manual_seed(9))
+    for i, length in enumerate([9, 6, 5]):
+        x[i, :, length:] = PAD
+    r = math.sqrt(2.0)
+    two = nl.serial(
+        conv(3, "VALID"),
+        Relu(),
+        FanOut(2),
+        parallel(conv(3, "VALID", w=1.3, b=0.2), conv(3, "VALID", w=1.3, b=0.2)),
+        FanInSum(),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    )
+    one = nl.serial(
+        conv(3, "VALID"),
+        Relu(),
+        conv(3, "VALID", w=1.3 * r, b=0.2 * r),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    )
+    got, want = two.kernel(x, mask_constant=PAD), one.kernel(x, mask_constant=PAD)
+    torch.testing.assert_close(got.ntk, want.ntk, rtol=1e-10, atol=1e-12)
+    unmasked = one.kernel(torch.where(x == PAD, 0.0, x))
+    assert float((unmasked.ntk - want.ntk).abs().max()) > 1e-2 * float(want.ntk.abs().max())
+
+
+def test_layers_that_move_positions_refuse_masks() -> None:
+    x = padded(torch.randn(2, 2, 4, dtype=F64), 6)
+    flip = nl.serial(conv(3), Index(Slice[:, :, ::-1]), Relu(), GlobalAvgPool(), Dense())
+    with pytest.raises(NtklabValueError, match="Index: masked inputs"):
+        flip.kernel(x, mask_constant=PAD)

@@ -708,6 +708,10 @@ class ConvTranspose(Layer):
     _: KW_ONLY
     parameterization: Parameterization = "ntk"
 
+    @property
+    def moves_positions(self) -> bool:
+        return True
+
     def __post_init__(self) -> None:
         rule = _TransposedRule(**_conv_arguments(self))  # type: ignore[arg-type]
         object.__setattr__(self, "filter_shape", rule.filter_shape)

@@ -225,10 +225,15 @@ def remasked(layer: Layer, masks: tuple[Tensor, Tensor], flow: Flows) -> Flows:
         return Flow(dataclasses.replace(pair, mask=None), diag1, d2)
     m1, m2 = masks
     shape = pair.spatial_shape
-    if tuple(m1.shape[1:]) != shape:
+    carried = pair.mask  # set by the branches of a graph layer, which remask themselves
+    if layer.moves_positions or (
+        tuple(m1.shape[1:]) != shape and (carried is None or tuple(carried[0].shape[1:]) != shape)
+    ):
         same = m2 is m1
         m1 = layer.mask_after(m1)
         m2 = m1 if same else layer.mask_after(m2)
+    elif tuple(m1.shape[1:]) != shape and carried is not None:
+        m1, m2 = carried
     d1 = self_variances(apply_mask(flow.diag1, m1, m1))
     d2 = None if flow.diag2 is None else self_variances(apply_mask(flow.diag2, m2, m2))
     return Flow(apply_mask(pair, m1, m2), d1, d2).refreshed()
@@ -331,14 +336,23 @@ class Layer(ABC):
         architecture then takes :class:`~ntklab.kernels.GraphBatch` inputs."""
         return any(layer.reads_adjacency for layer in self.sublayers)
 
+    @property
+    def moves_positions(self) -> bool:
+        """Whether the layer maps positions to other positions otherwise than by windows
+        (``Index``, ``ImageResize``, ``DotGeneral``, ``ConvTranspose``, ``Aggregate``):
+        the masks of padded inputs cannot follow it (:meth:`mask_after`)."""
+        return any(layer.moves_positions for layer in self.sublayers)
+
     def mask_after(self, mask: Tensor) -> Tensor:
         """The mask ``(n, *S')`` of the layer's output for inputs masked as ``mask``
-        ``(n, *S)`` (``True``: masked), when the layer changes the spatial shape; window
-        layers (``Conv``, ``AvgPool``) override it, the others refuse masked inputs."""
+        ``(n, *S)`` (``True``: masked), when the layer changes the spatial shape or moves
+        positions; window layers (``Conv``, ``AvgPool``) override it, the others refuse
+        masked inputs."""
         raise NtklabValueError(
             f"{type(self).__name__}: masked inputs (mask_constant) are not supported by a "
-            f"layer that changes the spatial shape {tuple(mask.shape[1:])} other than Conv, "
-            "AvgPool, SumPool, GlobalAvgPool and Flatten; got one"
+            "layer that moves positions or changes the spatial shape "
+            f"{tuple(mask.shape[1:])}, other than Conv, AvgPool, SumPool, GlobalAvgPool and "
+            "Flatten; got one"
         )
 
     @property
