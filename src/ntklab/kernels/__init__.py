@@ -46,6 +46,7 @@ from .graphs import (
     repeat,
 )
 from .kernel import Kernel
+from .masking import MaskedNetwork
 from .normalization import LayerNorm
 from .pooling import AvgPool, Flatten, GlobalAvgPool, GlobalSumPool, SumPool
 from .spatial_maps import ImageResize, Index, Slice
@@ -102,6 +103,7 @@ __all__ = [
     "Layer",
     "LayerNorm",
     "LeakyRelu",
+    "MaskedNetwork",
     "Monomial",
     "Parallel",
     "Polynomial",

@@ -101,6 +101,10 @@ class Aggregate(Layer):
     """
 
     @property
+    def moves_positions(self) -> bool:
+        return True
+
+    @property
     def spatial_ndim(self) -> int | None:
         return 1
 
@@ -283,6 +287,10 @@ class DotGeneral(Layer):
     lhs: Tensor | float | None = None
     rhs: Tensor | float | None = None
     dimension_numbers: Any = (((), ()), ((), ()))
+
+    @property
+    def moves_positions(self) -> bool:
+        return True
 
     def __post_init__(self) -> None:
         if self.lhs is not None and self.rhs is not None:

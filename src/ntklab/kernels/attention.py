@@ -229,8 +229,13 @@ class GlobalSelfAttention(Layer):
         d1 = _Flat.of(one.diag1, size)
         d2 = d1 if one.diag2 is None else _Flat.of(one.diag2, size)
         pair = _Flat.of(one.pair, size)
-        a1 = self._attention(d1.cov, r, w_x, w_pe)
-        a2 = a1 if one.diag2 is None else self._attention(d2.cov, r, w_x, w_pe)
+        keys1 = None if one.diag1.mask is None else one.diag1.mask[0].reshape(-1, size)
+        a1 = self._attention(d1.cov, r, w_x, w_pe, keys1)
+        if one.diag2 is not None:
+            keys2 = None if one.diag2.mask is None else one.diag2.mask[0].reshape(-1, size)
+            a2 = self._attention(d2.cov, r, w_x, w_pe, keys2)
+        else:
+            a2 = a1
         new_pair = self._combine(pair, a1, a2, r, w_x, w_pe).write(one.pair)
         new_d1 = self._combine(d1, a1, a1, r, w_x, w_pe).write(one.diag1)
         new_d2 = None
@@ -273,12 +278,19 @@ class GlobalSelfAttention(Layer):
         """The kernel of the embedded inputs, :math:`w_x K + w_{pe} R`."""
         return k if self.pos_emb_type == "NONE" else w_x * k + w_pe * r
 
-    def _attention(self, cov: Tensor, r: Tensor, w_x: float, w_pe: float) -> Tensor | None:
+    def _attention(
+        self, cov: Tensor, r: Tensor, w_x: float, w_pe: float, keys: Tensor | None = None
+    ) -> Tensor | None:
         """The limit attention weights :math:`\\phi(\\sigma_{QK} K(x, x))`, ``(n, P, P')``
-        (``None`` with square-root scaling, whose logits stay random)."""
+        (``None`` with square-root scaling, whose logits stay random); ``keys`` ``(n, P')``:
+        the masked positions of padded inputs, which get no weight (logits :math:`-\\infty`
+        before a softmax, weights 0 otherwise, as neural-tangents)."""
         if not self.linear_scaling:
             return None
         logits = (self.w_query_std * self.w_key_std) * self._interp(cov, r, w_x, w_pe)
+        if keys is not None:
+            fill = -math.inf if self.attention_mechanism == "SOFTMAX" else 0.0
+            logits = logits.masked_fill(keys.unsqueeze(1), fill)
         mech = self.attention_mechanism
         if mech == "SOFTMAX":
             return torch.softmax(logits, dim=-1)
@@ -503,6 +515,7 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         self.options = options
         self.in_channels = in_channels or 0
         self.check_layout = False
+        self.key_mask: Tensor | None = None  # (n, *S), set for a call by MaskedNetwork
         self._generator = generator
         self._dtype, self._device = dtype, device
         self.key = UninitializedParameter(device=device, dtype=dtype)  # type: ignore[call-arg]
@@ -612,6 +625,9 @@ class SelfAttentionLayer(LazyModuleMixin, nn.Module):
         power = 1.0 if o.linear_scaling else 0.5
         norm = o.w_query_std * o.w_key_std / (xk.shape[-1] * self.key.shape[-1] ** power)
         logits = torch.einsum("hnpd,hnqd->hnpq", queries, keys) * norm
+        if self.key_mask is not None:  # padded keys get no weight
+            fill = -math.inf if o.attention_mechanism == "SOFTMAX" else 0.0
+            logits = logits.masked_fill(self.key_mask.flatten(1)[None, :, None, :], fill)
         if o.attention_mechanism == "SOFTMAX":
             weights = torch.softmax(logits, dim=-1)
         elif o.attention_mechanism == "ABS":

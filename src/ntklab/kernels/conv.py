@@ -37,6 +37,7 @@ from ..errors import NtklabValueError
 from .covariance import (
     Padding,
     as_tuple,
+    center_mask,
     check_padding,
     full_diagonal,
     output_size,
@@ -184,6 +185,9 @@ class Conv(Layer):
 
     def _requires_grad(self) -> bool:
         return any(isinstance(v, Tensor) and v.requires_grad for v in (self.w_std, self.b_std))
+
+    def mask_after(self, mask: Tensor) -> Tensor:
+        return center_mask(mask, self._filter, self._strides, self.padding)
 
     def _convolve(self, x: Tensor, state: KernelState) -> Tensor:
         wrap = self.padding == "CIRCULAR"
@@ -703,6 +707,10 @@ class ConvTranspose(Layer):
     b_std: float | Tensor | None = 0.0
     _: KW_ONLY
     parameterization: Parameterization = "ntk"
+
+    @property
+    def moves_positions(self) -> bool:
+        return True
 
     def __post_init__(self) -> None:
         rule = _TransposedRule(**_conv_arguments(self))  # type: ignore[arg-type]

@@ -29,9 +29,12 @@ from .kernel import KernelState
 
 __all__ = [
     "Padding",
+    "apply_mask",
     "as_tuple",
+    "center_mask",
     "check_padding",
     "full_diagonal",
+    "masked_counts",
     "next_diagonal",
     "output_size",
     "pad",
@@ -262,3 +265,62 @@ def pad_images(
         return x
     mode = "circular" if padding == "CIRCULAR" else "constant"
     return nn.functional.pad(x, pads, mode=mode)
+
+
+def center_mask(
+    mask: Tensor, window: tuple[int, ...], strides: tuple[int, ...], padding: Padding
+) -> Tensor:
+    """The mask ``(n, *S')`` of the output of a window layer (``Conv``, ``AvgPool``) on
+    inputs masked as ``mask`` ``(n, *S)``: neural-tangents' rule, an output position is masked
+    when the input position at the centre of its window is (unchanged when the spatial shape
+    is)."""
+    sizes = tuple(int(s) for s in mask.shape[1:])
+    index: list[slice] = [slice(None)]
+    out_sizes = []
+    for k, size in enumerate(sizes):
+        lo, hi = pads_for(padding, size, window[k], strides[k], k)
+        out = (size + lo + hi - window[k]) // strides[k] + 1
+        out_sizes.append(out)
+        start = (window[k] - 1) // 2 - lo
+        index.append(slice(start, start + (out - 1) * strides[k] + 1, strides[k]))
+    if tuple(out_sizes) == sizes:
+        return mask
+    return mask[tuple(index)]
+
+
+def _keep(mask: Tensor, first: bool, full: bool) -> Tensor:
+    """``~mask`` ``(n, *S)`` shaped to broadcast as the first or the second input of a state
+    (``(n, H, 1, W, 1)`` / ``(n, 1, H, 1, W)`` in the full layout, ``(n, H, W)`` else)."""
+    keep = ~mask
+    if not full:
+        return keep
+    n, sizes = keep.shape[0], keep.shape[1:]
+    return keep.reshape(n, *[d for size in sizes for d in ((size, 1) if first else (1, size))])
+
+
+def apply_mask(state: KernelState, mask1: Tensor, mask2: Tensor) -> KernelState:
+    """``state`` with the covariances involving a masked position zeroed, and ``mask1``
+    ``(n1, *S)``, ``mask2`` ``(n2, *S)`` (``True``: masked) carried; for a per-input state
+    (one batch axis) both are the input's own mask.
+
+    .. math:: K_{ij, hh'} \\leftarrow K_{ij, hh'} [\\neg m_{1, ih}] [\\neg m_{2, jh'}].
+    """
+    full = state.full_spatial
+    k1, k2 = _keep(mask1, True, full), _keep(mask2, False, full)
+    keep = k1 & k2 if state.batch_ndim == 1 else k1.unsqueeze(1) & k2.unsqueeze(0)
+    zero = state.cov.new_zeros(())
+    cov = torch.where(keep, state.cov, zero)
+    ntk = None if state.ntk is None else torch.where(keep, state.ntk, zero)
+    return dataclasses.replace(state, cov=cov, ntk=ntk, mask=(mask1, mask2))
+
+
+def masked_counts(state: KernelState) -> Tensor:
+    """The number of unmasked position pairs of each input pair of a masked spatial
+    ``state``: ``(n1, n2)`` (``(n,)`` per input), :math:`|S_1| |S_2|` over unmasked
+    positions."""
+    if state.mask is None:  # pragma: no cover - called on masked states only
+        raise NtklabValueError("state: expected a masked state, got mask=None")
+    m1, m2 = state.mask
+    c1 = (~m1).flatten(1).sum(dim=1).to(state.cov.dtype)
+    c2 = (~m2).flatten(1).sum(dim=1).to(state.cov.dtype)
+    return c1 * c2 if state.batch_ndim == 1 else c1[:, None] * c2[None, :]

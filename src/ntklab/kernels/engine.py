@@ -48,7 +48,13 @@ from .._checks import (
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
 from . import _fused, _fused_conv
-from .covariance import next_diagonal, self_variances, to_diagonal, with_variances
+from .covariance import (
+    apply_mask,
+    next_diagonal,
+    self_variances,
+    to_diagonal,
+    with_variances,
+)
 from .graph_batch import GraphBatch, GraphNetwork
 from .kernel import Kernel, KernelState
 from .network_wrappers import AntisymmetricPair, ScaledOutput
@@ -155,10 +161,13 @@ def run_chain(
 
     ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
     (which works in place), and runs of ``[Conv, Relu]`` on image states the fused
-    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows).
+    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows); never for
+    masked inputs (:attr:`KernelState.mask`), whose masks the fused kernels do not carry.
     """
     i = 0
     layers = tuple(layers)
+    # the fused kernels do not carry masks: masked inputs run eager (in branches too)
+    fusable = fusable and flow_masks(flow) is None
     while i < len(layers):
         if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
             length = _fused_conv.run_length(layers, i)
@@ -181,7 +190,10 @@ def run_chain(
                     continue
         if isinstance(flow, Flow):
             flow = flow.materialized()
+        masks = flow_masks(flow)
         flow = layers[i].step(flow, plan.branches[i], inplace=inplace)
+        if masks is not None:
+            flow = remasked(layers[i], masks, flow)
         if not plan.keep_full[i]:
             flow = (
                 flow.to_diagonal()
@@ -190,6 +202,50 @@ def run_chain(
             )
         i += 1
     return flow
+
+
+def flow_masks(flow: Flows) -> tuple[Tensor, Tensor] | None:
+    """The masks ``(n1, *S)``, ``(n2, *S)`` of the inputs of ``flow`` (the first branch's
+    when several: branches share their inputs), ``None`` for unmasked inputs."""
+    one = flow if isinstance(flow, Flow) else flow[0]
+    return one.pair.mask
+
+
+def remasked(layer: Layer, masks: tuple[Tensor, Tensor], flow: Flows) -> Flows:
+    """``flow`` after ``layer`` with the masks of its inputs carried through the layer
+    (:meth:`Layer.mask_after` when it changes the spatial shape, none once the
+    representation is flat) and the covariances involving a masked position zeroed
+    (neural-tangents' ``remask``, arXiv:1912.02803)."""
+    if not isinstance(flow, Flow):
+        return tuple(remasked(layer, masks, f) for f in flow)  # type: ignore[misc]
+    pair = flow.pair
+    if pair.spatial_ndim == 0:
+        d2 = None if flow.diag2 is None else dataclasses.replace(flow.diag2, mask=None)
+        diag1 = dataclasses.replace(flow.diag1, mask=None)
+        return Flow(dataclasses.replace(pair, mask=None), diag1, d2)
+    m1, m2 = masks
+    shape = pair.spatial_shape
+    carried = pair.mask  # set by the branches of a graph layer, which remask themselves
+    if layer.moves_positions or (
+        tuple(m1.shape[1:]) != shape and (carried is None or tuple(carried[0].shape[1:]) != shape)
+    ):
+        same = m2 is m1
+        m1 = layer.mask_after(m1)
+        m2 = m1 if same else layer.mask_after(m2)
+    elif tuple(m1.shape[1:]) != shape and carried is not None:
+        m1, m2 = carried
+    d1 = self_variances(apply_mask(flow.diag1, m1, m1))
+    d2 = None if flow.diag2 is None else self_variances(apply_mask(flow.diag2, m2, m2))
+    return Flow(apply_mask(pair, m1, m2), d1, d2).refreshed()
+
+
+def with_masks(flow: Flow, mask1: Tensor, mask2: Tensor | None) -> Flow:
+    """The input ``flow`` carrying the masks of ``x1`` and ``x2`` (``None``: ``x2`` is
+    ``x1``), boolean ``(n, *S)``, ``True`` at padded positions."""
+    m2 = mask1 if mask2 is None else mask2
+    d1 = apply_mask(flow.diag1, mask1, mask1)
+    d2 = None if flow.diag2 is None else apply_mask(flow.diag2, m2, m2)
+    return Flow(apply_mask(flow.pair, mask1, m2), d1, d2)
 
 
 def single_flow(layer: Layer, flow: Flows) -> Flow:
@@ -279,6 +335,25 @@ class Layer(ABC):
         """Whether the layer reads the adjacency of graph inputs (``Aggregate``): the
         architecture then takes :class:`~ntklab.kernels.GraphBatch` inputs."""
         return any(layer.reads_adjacency for layer in self.sublayers)
+
+    @property
+    def moves_positions(self) -> bool:
+        """Whether the layer maps positions to other positions otherwise than by windows
+        (``Index``, ``ImageResize``, ``DotGeneral``, ``ConvTranspose``, ``Aggregate``):
+        the masks of padded inputs cannot follow it (:meth:`mask_after`)."""
+        return any(layer.moves_positions for layer in self.sublayers)
+
+    def mask_after(self, mask: Tensor) -> Tensor:
+        """The mask ``(n, *S')`` of the layer's output for inputs masked as ``mask``
+        ``(n, *S)`` (``True``: masked), when the layer changes the spatial shape or moves
+        positions; window layers (``Conv``, ``AvgPool``) override it, the others refuse
+        masked inputs."""
+        raise NtklabValueError(
+            f"{type(self).__name__}: masked inputs (mask_constant) are not supported by a "
+            "layer that moves positions or changes the spatial shape "
+            f"{tuple(mask.shape[1:])}, other than Conv, AvgPool, SumPool, GlobalAvgPool and "
+            "Flatten; got one"
+        )
 
     @property
     def passes_through(self) -> bool:
@@ -543,6 +618,37 @@ def check_images(
     return a, b
 
 
+def check_mask_constant(mask_constant: object) -> None:
+    """Raise unless ``mask_constant`` is a real number (NaN and infinities included)."""
+    if isinstance(mask_constant, bool) or not isinstance(mask_constant, int | float):
+        raise NtklabTypeError(f"mask_constant: expected a float (or None), got {mask_constant!r}")
+
+
+def masked_input(name: str, x: object, mask_constant: float) -> tuple[Tensor, Tensor]:
+    """``x`` ``(n, C, *S)`` with its entries equal to ``mask_constant`` (NaN: its NaN
+    entries) set to zero, and the mask of its positions ``(n, *S)``: ``True`` where every
+    channel equals ``mask_constant`` (neural-tangents' ``mask_constant``)."""
+    if not isinstance(x, Tensor):
+        raise NtklabTypeError(
+            f"{name}: expected a torch.Tensor of shape (n, C, ...), got {type(x).__name__}"
+        )
+    if x.ndim < 3:
+        raise NtklabValueError(
+            f"{name}: expected sequences (n, C, L) or images (n, C, H, W) with "
+            f"mask_constant, got shape {tuple(x.shape)}"
+        )
+    entries = torch.isnan(x) if math.isnan(mask_constant) else x == mask_constant
+    positions = entries.all(dim=1)
+    empty = (positions.flatten(1).all(dim=1)).nonzero().flatten()
+    if len(empty):
+        raise NtklabValueError(
+            f"{name}: expected at least one unmasked position in every input, got "
+            f"{len(empty)} input(s) entirely equal to mask_constant={mask_constant} (rows "
+            f"{empty[:5].tolist()})"
+        )
+    return torch.where(entries, x.new_zeros(()), x), positions
+
+
 def peak_spatial_shape(layers: Sequence[Layer], shape: tuple[int, ...]) -> tuple[int, ...]:
     """The spatial shape with the most positions along a chain whose input has spatial shape
     ``shape`` (:meth:`Layer.spatial_shape_after` of each layer)."""
@@ -715,6 +821,7 @@ class Architecture:
         x2: Tensor | GraphBatch | None = None,
         *,
         max_memory: int | None = None,
+        mask_constant: float | None = None,
     ) -> Kernel:
         """NNGP and NTK between the rows of ``x1`` and ``x2``.
 
@@ -736,6 +843,15 @@ class Architecture:
             holds :data:`FLAT_MATRICES` matrices of shape (n1, n2) at its peak; a kernel
             that needs more than ``max_memory`` is refused before anything is computed (use
             :func:`ntklab.solvers.kernel_operator` for a matrix-free kernel at that size).
+        mask_constant : float, optional
+            Padding value of variable-length sequences or images (neural-tangents'
+            ``mask_constant``; ``float("nan")`` masks NaN entries): entries equal to it count
+            as zero, and a position whose channels all equal it is masked: the kernels
+            ignore it (covariances with it are zero, ``GlobalAvgPool`` and
+            ``GlobalSelfAttention`` average over the unmasked positions only). ``Conv`` and
+            ``AvgPool`` mask an output position when the input position at the centre of its
+            window is masked. Needs an architecture with spatial layers and, in each input,
+            at least one unmasked position.
 
         Returns
         -------
@@ -753,6 +869,8 @@ class Architecture:
         torch.Size([4, 4])
         """
         plan = self.plan()
+        if mask_constant is not None:
+            return self._masked_kernel(x1, x2, plan, max_memory, mask_constant)
         if isinstance(x1, GraphBatch) or isinstance(x2, GraphBatch):
             return self._graph_kernel(x1, x2, plan, max_memory)
         if not any(layer.spatial_layer for layer in self.layers):
@@ -766,6 +884,49 @@ class Architecture:
 
         def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
             return self._kernel(xa, xb, plan)
+
+        spatial = peak_spatial_shape(self.layers, tuple(a.shape[2:]))
+        return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
+
+    def _masked_kernel(
+        self,
+        x1: object,
+        x2: object | None,
+        plan: Plan,
+        max_memory: int | None,
+        mask_constant: float,
+    ) -> Kernel:
+        """The kernel of padded inputs whose entries equal to ``mask_constant`` are masked,
+        in blocks of input pairs (the position masks travel as one more channel)."""
+        check_mask_constant(mask_constant)
+        spatial_ndim = architecture_spatial_ndim(self.layers)
+        if not any(layer.spatial_layer for layer in self.layers) or isinstance(x1, GraphBatch):
+            raise NtklabValueError(
+                "mask_constant: expected an architecture with spatial layers (Conv, pooling, "
+                "Flatten, GlobalSelfAttention) on sequences (n, C, L) or images "
+                "(n, C, H, W), got "
+                + ("graph inputs" if isinstance(x1, GraphBatch) else "a flat architecture")
+            )
+        if max_memory is not None:
+            resolve_max_memory(max_memory)  # the type and sign
+        (a, m1), (b, m2) = masked_input("x1", x1, mask_constant), (None, None)
+        if x2 is not None:
+            b, m2 = masked_input("x2", x2, mask_constant)
+        a, b = check_images(a, b, spatial_ndim)
+        if a.ndim < 3:
+            raise NtklabValueError(
+                f"x1: expected sequences (n, C, L) or images (n, C, H, W) with mask_constant, "
+                f"got shape {tuple(a.shape)}"
+            )
+        full = plan.carry == "full"
+        channels = a.shape[1]
+        a = torch.cat([a, m1.unsqueeze(1).to(a.dtype)], dim=1)
+        b = None if b is None or m2 is None else torch.cat([b, m2.unsqueeze(1).to(b.dtype)], 1)
+
+        def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
+            fb = None if xb is None else xb[:, :channels]
+            mb = None if xb is None else xb[:, channels] > 0.5
+            return self._kernel(xa[:, :channels], fb, plan, mask=(xa[:, channels] > 0.5, mb))
 
         spatial = peak_spatial_shape(self.layers, tuple(a.shape[2:]))
         return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
@@ -813,9 +974,10 @@ class Architecture:
         b: Tensor | None,
         plan: Plan,
         adjacency: tuple[Tensor, Tensor | None] | None = None,
+        mask: tuple[Tensor, Tensor | None] | None = None,
     ) -> Kernel:
         """The kernel of validated inputs (flat ``(n, d)`` or images ``(n, C, *S)``; graphs
-        with their ``adjacency``)."""
+        with their ``adjacency``; padded inputs with their position ``mask``)."""
         inplace = not (
             torch.is_grad_enabled()
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
@@ -823,10 +985,12 @@ class Architecture:
         fusable = inplace and _fused.supports(a)
         if a.ndim > 2:
             # graphs carry their adjacency, which the fused convolution kernel does not
-            fusable = fusable and adjacency is None
+            # (and masked inputs their masks)
+            fusable = fusable and adjacency is None and mask is None
             lazy = fusable and _fused_conv.run_length(self.layers, 0) > 0
             full = plan.carry == "full"
-            flow: Flows = image_input_flow(a, b, full=full, lazy=lazy, adjacency=adjacency)
+            start = image_input_flow(a, b, full=full, lazy=lazy, adjacency=adjacency)
+            flow: Flows = start if mask is None else with_masks(start, *mask)
         else:
             flow = flat_input_flow(a, b, fusable=fusable)
         flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
@@ -906,6 +1070,7 @@ class Architecture:
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        mask_constant: float | None = None,
     ) -> nn.Module:
         """A finite network with this architecture.
 
@@ -939,6 +1104,11 @@ class Architecture:
             Source of randomness for the initialization (reproducible networks).
         dtype, device
             Of the parameters.
+        mask_constant : float, optional
+            Padding value of the inputs, as in :meth:`kernel`: the network is a
+            :class:`~ntklab.kernels.masking.MaskedNetwork`, which zeroes the masked
+            positions after every module, averages ``GlobalAvgPool`` over the unmasked
+            positions and gives padded keys no attention weight (a chain without branches).
 
         Returns
         -------
@@ -985,6 +1155,11 @@ class Architecture:
             device=device,
             parameterization=parameterization,
         )
+        if mask_constant is not None:
+            from .masking import check_maskable
+
+            check_mask_constant(mask_constant)
+            check_maskable(self.layers)
         modules = build_modules(self.layers, in_features, out_features, options, top=True)
         graph = any(layer.reads_adjacency for layer in self.layers)
         if modules and hasattr(modules[0], "check_layout") and not graph:
@@ -993,6 +1168,10 @@ class Architecture:
         net: nn.Module = nn.Sequential(*modules)
         if graph:
             net = GraphNetwork(net)  # takes GraphBatch(features, adjacency)
+        if mask_constant is not None:
+            from .masking import MaskedNetwork
+
+            net = MaskedNetwork(net, self.layers, mask_constant)  # type: ignore[arg-type]
         if zero_output:
             net = AntisymmetricPair(net)
         if alpha != 1.0:

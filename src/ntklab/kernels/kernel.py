@@ -80,6 +80,11 @@ class KernelState:
     inputs (:class:`~ntklab.kernels.GraphBatch`), the adjacency of the row inputs and of the
     column inputs, ``(n1, N, N)`` and ``(n2, N, N)`` (on the diagonal pass both are the
     input's own), which :class:`~ntklab.kernels.Aggregate` reads; ``None`` otherwise.
+    ``mask`` holds, for masked inputs (``Architecture.kernel(..., mask_constant=c)``), which
+    positions of the row inputs and of the column inputs are padding, boolean ``(n1, *S)``
+    and ``(n2, *S)`` (``True``: masked; on the diagonal pass both are the input's own): the
+    covariances involving a masked position are zero, and the layers that average over
+    positions (``GlobalAvgPool``, ``GlobalSelfAttention``) skip them; ``None`` otherwise.
     """
 
     cov: Tensor
@@ -92,6 +97,7 @@ class KernelState:
     gaussian: bool = False
     product: bool = False
     adjacency: tuple[Tensor, Tensor] | None = None
+    mask: tuple[Tensor, Tensor] | None = None
 
     @property
     def batch_ndim(self) -> int:

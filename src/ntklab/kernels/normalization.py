@@ -99,6 +99,12 @@ class LayerNorm(Layer):
                 "mean over channels does not vanish"
             )
         v1, v2 = state.var1, state.var2
+        if self.axes == "all" and state.spatial_ndim and state.mask is not None:
+            raise NtklabValueError(
+                "LayerNorm(axes='all'): masked inputs (mask_constant) are not supported "
+                "(the mean over positions would include the padding); expected "
+                "axes='channel', got axes='all'"
+            )
         if self.axes == "all" and state.spatial_ndim:
             v1 = v1.mean(dim=tuple(range(state.batch_ndim, v1.ndim)), keepdim=True)
             v2 = v2.mean(dim=tuple(range(state.batch_ndim, v2.ndim)), keepdim=True)

@@ -25,8 +25,10 @@ from ..errors import NtklabTypeError, NtklabValueError
 from .covariance import (
     Padding,
     as_tuple,
+    center_mask,
     check_padding,
     full_diagonal,
+    masked_counts,
     output_size,
     pad_images,
     pads_for,
@@ -144,6 +146,9 @@ class _WindowPool(Layer):
     def _pool(self, x: Tensor, state: KernelState) -> Tensor:
         name = type(self).__name__
         return pool_windows(x, state, self._window, self._strides, self.padding, self._mode, name)
+
+    def mask_after(self, mask: Tensor) -> Tensor:
+        return center_mask(mask, self._window, self._strides, self.padding)
 
     def propagate(self, state: KernelState, *, inplace: bool) -> KernelState:
         require_spatial(type(self).__name__, state, len(self._window))
@@ -281,6 +286,12 @@ class _GlobalPool(Layer):
             return state
         require_full(type(self).__name__, state)
         dims = tuple(range(state.batch_ndim, state.cov.ndim))
+        if state.mask is not None and not self._total:
+            # masked positions hold zeros: average over the unmasked pairs only
+            counts = masked_counts(state)
+            cov = state.cov.sum(dim=dims) / counts
+            ntk = None if state.ntk is None else state.ntk.sum(dim=dims) / counts
+            return dataclasses.replace(state, cov=cov, ntk=ntk, spatial_ndim=0, full_spatial=False)
         reduce = torch.sum if self._total else torch.mean
         cov = reduce(state.cov, dim=dims)
         ntk = None if state.ntk is None else reduce(state.ntk, dim=dims)

@@ -128,6 +128,10 @@ class ImageResize(Layer):
     method: ResizeMethod = "linear"
     antialias: bool = True
 
+    @property
+    def moves_positions(self) -> bool:
+        return True
+
     def __post_init__(self) -> None:
         shape = (self.shape,) if isinstance(self.shape, int) else self.shape
         if isinstance(shape, list):
@@ -369,6 +373,10 @@ class Index(Layer):
     """
 
     idx: Any
+
+    @property
+    def moves_positions(self) -> bool:
+        return True
 
     def __post_init__(self) -> None:
         items = index_entries(self.idx, 64)  # types and Ellipsis; lengths are checked on use
