@@ -260,6 +260,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f, indent=1)
+        os.chmod(tmp, 0o644)  # mkstemp's 0o600 is for the temporary only
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -273,16 +274,19 @@ def sweep(
     tests: Callable[[Method], Dataset],
     *,
     budget_s: float,
+    feature_budget_s: float | None = None,
     json_path: Path | None = None,
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """All rows (earlier ones from ``json_path`` included), method by method, n increasing."""
+    """All rows (earlier ones from ``json_path`` included), method by method, n increasing;
+    feature methods grow under ``feature_budget_s`` (default: ``budget_s``)."""
     rows: list[dict[str, Any]] = []
     if json_path is not None and json_path.exists():
         rows = json.loads(json_path.read_text())["rows"]
     for method in methods:
         test = tests(method)
+        budget = budget_s if method.exact or feature_budget_s is None else feature_budget_s
         done: list[tuple[int, float]] = []
         for n in sorted(n for n in ns if n <= len(train)):
             key = (method.name, n, len(test), method.num_features, method.depth, seed)
@@ -292,7 +296,7 @@ def sweep(
                 done.append((n, old[0]["total_s"]))
                 continue
             guess = predict_seconds(done, n, method.exact)
-            if guess > budget_s:
+            if guess > budget:
                 log(f"{method.name}: stops before n={n} (predicted {guess:.0f} s > budget)")
                 break
             row = run_row(method, n, train, test, seed)
@@ -337,15 +341,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Accuracy against n and against total seconds, one line per method (log x axes)."""
+    """Accuracy against n and against total seconds, one line per method, depth and feature
+    count (log x axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for name in dict.fromkeys(r["method"] for r in rows):
-        mine = sorted((r for r in rows if r["method"] == name), key=lambda r: r["n"])
+
+    def label(r: dict[str, Any]) -> str:
+        return f"{r['method']} d{r['depth']}" + (
+            f" F{r['num_features']}" if r["num_features"] else ""
+        )
+
+    for name in dict.fromkeys(label(r) for r in rows):
+        mine = sorted((r for r in rows if label(r) == name), key=lambda r: r["n"])
         acc = [100 * r["accuracy"] for r in mine]
         axes[0].plot([r["n"] for r in mine], acc, "o-", label=name)
         axes[1].plot([r["total_s"] for r in mine], acc, "o-", label=name)
@@ -385,7 +396,8 @@ def main() -> None:
     parser.add_argument("--mlp-depth", type=int, default=2)
     parser.add_argument("--flat-depth", type=int, default=3)
     parser.add_argument("--gap-depth", type=int, default=2)
-    parser.add_argument("--budget-s", type=float, default=1800.0)
+    parser.add_argument("--budget-s", type=float, default=1800.0, help="seconds, exact rows")
+    parser.add_argument("--feature-budget-s", type=float, default=3600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--root", type=str, default=None, help="Fashion-MNIST folder")
     parser.add_argument("--json", type=Path, default=None)
@@ -409,6 +421,7 @@ def main() -> None:
         train,
         tests,
         budget_s=args.budget_s,
+        feature_budget_s=args.feature_budget_s,
         json_path=args.json,
         seed=args.seed,
     )

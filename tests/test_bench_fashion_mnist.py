@@ -134,6 +134,12 @@ def test_budget_rule_stops_growth(
     method = bench.Method("flat-cntk", "flat", 1)
     rows = bench.sweep([method], [80, 10, 40, 20], train, lambda m: test, budget_s=20, log=str)
     assert calls == [10, 20, 40] and [r["n"] for r in rows] == [10, 20, 40]
+    # features: exponent 1 after one row, their own budget
+    calls.clear()
+    feats = bench.Method("flat-cntk-rf", "flat", 1, 64)
+    bench.sweep([feats], [10, 20, 40], train, lambda m: test, budget_s=0.5,
+                feature_budget_s=3.5, log=str)  # fmt: skip
+    assert calls == [10, 20]  # 40: 4 * (40 / 20) ** 2 = 16 s predicted
     assert bench.predict_seconds([(10, 1.0), (20, 4.0), (40, 16.0)], 80, True) == 64.0
     # one row: exponent 2 (exact) or 1 (features); the exponent is clamped to [1, 3]
     assert bench.predict_seconds([(10, 3.0)], 20, True) == 12.0
