@@ -58,11 +58,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
     return load_fashion_mnist("train", folder), load_fashion_mnist("test", folder)
 
 
-def numpy_ridge_predict(k: np.ndarray, kt: np.ndarray, labels: np.ndarray, r: float) -> np.ndarray:
-    """Classes predicted by dense ridge on one-hot targets, lambda = r tr(K) / n (numpy)."""
+def numpy_ridge_scores(k: np.ndarray, kt: np.ndarray, labels: np.ndarray, r: float) -> np.ndarray:
+    """Scores of dense ridge on one-hot targets, lambda = r tr(K) / n (numpy)."""
     n = k.shape[0]
-    alpha = np.linalg.solve(k + r * np.trace(k) / n * np.eye(n), np.eye(10)[labels])
-    return (kt @ alpha).argmax(1)
+    return kt @ np.linalg.solve(k + r * np.trace(k) / n * np.eye(n), np.eye(10)[labels])
+
+
+def numpy_ridge_predict(k: np.ndarray, kt: np.ndarray, labels: np.ndarray, r: float) -> np.ndarray:
+    """Classes predicted by :func:`numpy_ridge_scores`."""
+    return numpy_ridge_scores(k, kt, labels, r).argmax(1)
 
 
 def dense_kernels(method: Any, sub: Dataset, test: Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +109,15 @@ def test_row_matches_a_dense_numpy_recomputation(
     assert row["ridge_rel"] == bench.RIDGE_GRID[best]
     pred = numpy_ridge_predict(k, kt, labels, row["ridge_rel"])
     assert row["accuracy"] == pytest.approx(np.mean(pred == test.labels.numpy()), abs=1e-12)
+    # the scores themselves (not only their argmax), through the fit functions
+    fit = bench.exact_fit if method.exact else bench.feature_fit
+    arch = bench.architecture(method.family, method.depth)
+    x, xt = bench.inputs(method.family, sub.x), bench.inputs(method.family, test.x)
+    extra = () if method.exact else (method.num_features,)
+    scores, r, _ = fit(arch, x, xt, sub, test, *extra)
+    assert r == row["ridge_rel"]
+    want = numpy_ridge_scores(k, kt, labels, r)
+    np.testing.assert_allclose(scores.numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
     assert row["accuracy"] > 0.3  # better than chance (0.1) on the learnable toy classes
     assert row["n"] == 40 and row["n_test"] == 30 and row["peak_rss_mib"] > 10
     assert 0 <= row["kernel_s"] <= row["total_s"]
