@@ -34,8 +34,11 @@ when the predicted time of its next row exceeds ``--budget-s`` (default 1800; fe
 ``--feature-budget-s``, default 3600, the issue's hour for the full set): the time of the last row
 times :math:`(n_{next}/n_{last})^p`, ``p`` measured from its last two rows (clamped to
 ``[1, 3]``), or ``p = 2`` (exact) / ``1`` (features) after one row. Each row: test accuracy,
-chosen ``r``, wall seconds (kernel or features, solve, total), peak resident memory during the
-row (``/proc/self/statm`` sampled every 20 ms). Rows go to ``--json`` (written atomically after
+chosen ``r``, wall seconds (kernel or features, solve, total), peak resident memory of the
+process during the row (``/proc/self/statm`` sampled every 20 ms; the loaded data set is about
+500 MiB of it). Each method's last row is near its budget, so the default run is expected to
+take 6-8 hours; run it under ``nohup`` with ``--json`` and rerun the same command to resume.
+Rows go to ``--json`` (written atomically after
 every row; rows already there, same method, n, n_test, features, depth and seed, are skipped,
 so a killed run resumes), a table is printed, ``--plot`` draws accuracy vs n and vs time (one
 figure), ``--markdown`` prints the README table.
