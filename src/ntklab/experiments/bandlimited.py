@@ -29,6 +29,12 @@ Data, computation, measurement, verdict, figure:
    than that the NTK is competitive); PASS when every noisy ratio is in that range and every
    noiseless one below 30;
 5. figure: the geometric-mean test MSE of both methods against ``n``, one panel per target.
+
+Paper scale (``n`` from 32 to 2048, 10 seeds, 4000 test points, NTK depths 1-4, networks of
+width 1024 trained for 10000 full-batch steps, float64) measured 70 minutes on the project's
+2-core x86_64 machine shared with other jobs (load 4-5; 2026-12-02,
+``results/paper/bandlimited.json``): the NTK fits (validation ridges over four depths) and
+140 network runs of 10000 steps.
 """
 
 from __future__ import annotations
