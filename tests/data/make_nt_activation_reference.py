@@ -17,9 +17,9 @@ with these activation dicts besides ``Dense``: ``{"layer": NAME, **kwargs}`` for
 ``stax.NAME(**kwargs)``, NAME one of ``ABRelu`` (a, b), ``Sign``, ``Exp`` (a, b),
 ``ExpNormalized`` (gamma, shift), ``Gaussian`` (a, b), ``Rbf`` (gamma), ``Gabor``,
 ``Hermite`` (degree), ``Monomial`` (degree), ``RectifiedMonomial`` (degree), ``Polynomial``
-(coef) and ``Sigmoid_like``. Cases whose name starts with ``unit_`` have inputs scaled to
-``|x|^2 = d`` and ``Dense(0.8, 0.6)`` layers, so that every activation sees unit variances
-(``stax.Hermite`` assumes them).
+(coef), ``Sigmoid_like``, and ``Erf``, ``Sin``, ``Cos`` (a, b, c). Cases whose name starts
+with ``unit_`` have inputs scaled to ``|x|^2 = d`` and ``Dense(0.8, 0.6)`` layers, so that every
+activation sees unit variances (``stax.Hermite`` assumes them).
 """
 
 import os
@@ -113,6 +113,15 @@ CASES = [
     ("polynomial_twice_self", twice(a("Polynomial", coef=[0.1, -0.5, 0.3, 0.2]), 0.9, 0.1), True),
     ("sigmoid_like", once(a("Sigmoid_like")), False),
     ("sigmoid_like_twice", twice(a("Sigmoid_like"), 1.5, 0.3), False),
+    ("erf_abc", once(a("Erf", a=1.3, b=0.7, c=0.2)), False),
+    ("erf_abc_twice", twice(a("Erf", a=-0.8, b=1.4, c=-0.3)), False),
+    ("erf_abc_twice_self", twice(a("Erf", a=-0.8, b=1.4, c=-0.3)), True),
+    ("sin_abc", once(a("Sin", a=1.2, b=0.8, c=0.4)), False),
+    ("sin_abc_twice", twice(a("Sin", a=0.9, b=1.3, c=-1.1)), False),
+    ("sin_abc_twice_self", twice(a("Sin", a=0.9, b=1.3, c=-1.1)), True),
+    ("cos_abc", once(a("Cos", a=1.2, b=0.8, c=0.4)), False),
+    ("cos_abc_twice", twice(a("Cos", a=-1.1, b=0.6, c=2.0)), False),
+    ("cos_abc_twice_self", twice(a("Cos", a=-1.1, b=0.6, c=2.0)), True),
 ]
 
 

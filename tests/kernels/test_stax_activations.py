@@ -43,6 +43,10 @@ _BY_NT_NAME: dict[str, Any] = {
     "RectifiedMonomial": nl.RectifiedMonomial,
     "Polynomial": nl.Polynomial,
     "Sigmoid_like": nl.SigmoidLike,
+    # parameters a, b, c of these three: tests/kernels/test_erf_sin_cos_parameters.py
+    "Erf": nl.Erf,
+    "Sin": nl.Sin,
+    "Cos": nl.Cos,
 }
 
 

@@ -406,23 +406,74 @@ class Abs(Activation):
         return abrelu_dual(-1.0, 1.0, cov, var1, var2, derivative=derivative)
 
 
+def check_affine_parameters(a: object, b: object, c: object) -> None:
+    """Raise unless the parameters ``a``, ``b``, ``c`` of ``Erf``, ``Sin`` or ``Cos`` are finite
+    real numbers (naming the first that is not)."""
+    check_finite_float("a", a)
+    check_finite_float("b", b)
+    check_finite_float("c", c)
+
+
 @dataclass(frozen=True)
 class Erf(Activation):
-    """:math:`\\phi(x) = \\mathrm{erf}(x)` (Williams 1997)."""
+    """:math:`\\phi(x) = a\\,\\mathrm{erf}(b x) + c` (neural-tangents' ``stax.Erf(a, b, c)``);
+    the defaults give :math:`\\mathrm{erf}(x)`.
+
+    With the pre-activation kernels scaled by :math:`b^2`, :math:`\\tilde K = b^2 K`, and
+    :math:`P = (1 + 2\\tilde K_{11})(1 + 2\\tilde K_{22})` (Williams, 1997; erf is odd, so the
+    shift adds :math:`c^2` only):
+
+    .. math::
+        E[\\phi(u)\\phi(v)] = \\frac{2a^2}{\\pi} \\arcsin\\frac{2\\tilde K_{12}}{\\sqrt P} + c^2,
+        \\qquad
+        E[\\phi'(u)\\phi'(v)] = \\frac{4 a^2 b^2}{\\pi} \\big(P - 4\\tilde K_{12}^2\\big)^{-1/2}.
+
+    On the diagonal (:math:`K_{11} = K_{22} = K_{12} = K`) the argument of the arcsine is
+    :math:`2\\tilde K / (1 + 2\\tilde K) < 1` and the derivative dual is
+    :math:`\\frac{4a^2b^2}{\\pi}(1 + 4\\tilde K)^{-1/2}`.
+
+    Parameters
+    ----------
+    a : float
+        Output scale, finite.
+    b : float
+        Input scale, finite.
+    c : float
+        Output shift, finite.
+
+    Examples
+    --------
+    >>> import torch, ntklab as nl
+    >>> act = nl.Erf(a=2.0, b=0.5, c=0.1)
+    >>> float(act.phi(torch.tensor([0.0], dtype=torch.float64))[0])
+    0.1
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    c: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_affine_parameters(self.a, self.b, self.c)
 
     def phi(self, x: Tensor) -> Tensor:
-        return torch.erf(x)
+        out = torch.erf(x if self.b == 1.0 else self.b * x)
+        if self.a != 1.0:
+            out = self.a * out
+        return out if self.c == 0.0 else out + self.c
 
     def dual(
         self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
     ) -> tuple[Tensor, Tensor | None]:
+        b2, a2 = self.b * self.b, self.a * self.a
+        cov, var1, var2 = b2 * cov, b2 * var1, b2 * var2
         prod = (1.0 + 2.0 * var1) * (1.0 + 2.0 * var2)
         ratio = 2.0 * cov * torch.rsqrt(prod)
         _clamp_correlation(ratio, inplace=False)
-        nngp = (2.0 / math.pi) * torch.arcsin(ratio.clamp(-1.0, 1.0))
+        nngp = (2.0 * a2 / math.pi) * torch.arcsin(ratio.clamp(-1.0, 1.0)) + self.c * self.c
         dot = None
         if derivative:
-            dot = (4.0 / math.pi) * torch.rsqrt(
+            dot = (4.0 * a2 * b2 / math.pi) * torch.rsqrt(
                 (prod - 4.0 * cov * cov).clamp_min(torch.finfo(cov.dtype).tiny)
             )
         return nngp, dot
@@ -471,34 +522,129 @@ class Gelu(Activation):
         return _gelu_dual(cov, var1, var2, derivative)
 
 
+def sinusoid_duals(
+    b: float, c: float, cov: Tensor, var1: Tensor, var2: Tensor
+) -> tuple[Tensor, Tensor]:
+    """:math:`(E[\\sin(bu + c)\\sin(bv + c)],\\ E[\\cos(bu + c)\\cos(bv + c)])`.
+
+    From the Gaussian characteristic function, :math:`E[\\cos(b(u \\mp v))] =
+    e^{-b^2(K_{11} + K_{22} \\mp 2K_{12})/2}`, and the product formulas
+    :math:`2\\sin\\alpha\\sin\\beta = \\cos(\\alpha-\\beta) - \\cos(\\alpha+\\beta)` (the
+    :math:`+` for the cosines), with :math:`D = e^{-b^2(K_{11} + K_{22})/2}` and
+    :math:`x = b^2 K_{12}`:
+
+    .. math::
+        E[\\sin\\sin] = D(\\cos^2 c\\, \\sinh x + \\sin^2 c\\, \\cosh x), \\qquad
+        E[\\cos\\cos] = D(\\cos^2 c\\, \\cosh x + \\sin^2 c\\, \\sinh x),
+
+    which are neural-tangents' :math:`\\tfrac12(e^{-b^2(S/2 - K_{12})} \\mp \\cos 2c\\,
+    e^{-b^2(S/2 + K_{12})})`, :math:`S = K_{11} + K_{22}`, written without cancellation for
+    :math:`K_{12} \\ge 0`. A term whose coefficient :math:`\\cos^2 c` or :math:`\\sin^2 c` is
+    exactly 0 is skipped (``c = 0``: :math:`D \\sinh x`, :math:`D \\cosh x`). On the diagonal
+    (:math:`x = b^2 K`, :math:`D = e^{-x}`) they are :math:`\\tfrac12(1 \\mp \\cos 2c\\,
+    e^{-2b^2K})`.
+    """
+    b2 = b * b
+    cos2, sin2 = math.cos(c) ** 2, math.sin(c) ** 2
+    if cov is var1 and var1 is var2:  # the diagonal pass: no overflow of sinh, cosh
+        one_minus = torch.expm1(-2.0 * b2 * cov).neg_().mul_(0.5)  # (1 - e^{-2x}) / 2
+        one_plus = 1.0 - one_minus  # (1 + e^{-2x}) / 2
+        return cos2 * one_minus + sin2 * one_plus, cos2 * one_plus + sin2 * one_minus
+    damp = torch.exp(-b2 * ((var1 + var2) / 2.0))
+    x = b2 * cov
+    sinh, cosh = damp * torch.sinh(x), damp * torch.cosh(x)
+    if sin2 == 0.0:
+        return sinh, cosh
+    if cos2 == 0.0:
+        return cosh, sinh
+    return cos2 * sinh + sin2 * cosh, cos2 * cosh + sin2 * sinh
+
+
 @dataclass(frozen=True)
 class Sin(Activation):
-    """:math:`\\phi(x) = \\sin x`: :math:`E[\\phi\\phi] = e^{-(a+b)/2}\\sinh c`,
-    :math:`E[\\phi'\\phi'] = e^{-(a+b)/2}\\cosh c`."""
+    """:math:`\\phi(x) = a \\sin(b x + c)` (neural-tangents' ``stax.Sin(a, b, c)``); the
+    defaults give :math:`\\sin x`, whose duals are :math:`e^{-(K_{11}+K_{22})/2}\\sinh K_{12}`
+    and :math:`e^{-(K_{11}+K_{22})/2}\\cosh K_{12}`.
+
+    By the Gaussian characteristic function (:func:`sinusoid_duals`),
+    :math:`E[\\phi\\phi] = a^2 E[\\sin(bu+c)\\sin(bv+c)]` and
+    :math:`E[\\phi'\\phi'] = a^2 b^2 E[\\cos(bu+c)\\cos(bv+c)]`.
+
+    Parameters
+    ----------
+    a : float
+        Output scale, finite.
+    b : float
+        Input scale (frequency), finite.
+    c : float
+        Phase shift, finite.
+
+    Examples
+    --------
+    >>> import math, torch, ntklab as nl
+    >>> x = torch.tensor([0.3], dtype=torch.float64)
+    >>> bool(torch.allclose(nl.Sin(c=math.pi / 2).phi(x), nl.Cos().phi(x)))
+    True
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    c: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_affine_parameters(self.a, self.b, self.c)
 
     def phi(self, x: Tensor) -> Tensor:
-        return torch.sin(x)
+        inner = x if self.b == 1.0 else self.b * x
+        out = torch.sin(inner if self.c == 0.0 else inner + self.c)
+        return out if self.a == 1.0 else self.a * out
 
     def dual(
         self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
     ) -> tuple[Tensor, Tensor | None]:
-        damp = torch.exp(-(var1 + var2) / 2.0)
-        return damp * torch.sinh(cov), (damp * torch.cosh(cov) if derivative else None)
+        ss, cc = sinusoid_duals(self.b, self.c, cov, var1, var2)
+        a2 = self.a * self.a
+        return a2 * ss, ((a2 * self.b * self.b) * cc if derivative else None)
 
 
 @dataclass(frozen=True)
 class Cos(Activation):
-    """:math:`\\phi(x) = \\cos x`: :math:`E[\\phi\\phi] = e^{-(a+b)/2}\\cosh c`,
-    :math:`E[\\phi'\\phi'] = e^{-(a+b)/2}\\sinh c`."""
+    """:math:`\\phi(x) = a \\cos(b x + c)` (neural-tangents' ``stax.Cos(a, b, c)``, which is
+    ``Sin(a, b, c + pi/2)``); the defaults give :math:`\\cos x`, whose duals are
+    :math:`e^{-(K_{11}+K_{22})/2}\\cosh K_{12}` and :math:`e^{-(K_{11}+K_{22})/2}\\sinh K_{12}`.
+
+    By the Gaussian characteristic function (:func:`sinusoid_duals`),
+    :math:`E[\\phi\\phi] = a^2 E[\\cos(bu+c)\\cos(bv+c)]` and
+    :math:`E[\\phi'\\phi'] = a^2 b^2 E[\\sin(bu+c)\\sin(bv+c)]`.
+
+    Parameters
+    ----------
+    a : float
+        Output scale, finite.
+    b : float
+        Input scale (frequency), finite.
+    c : float
+        Phase shift, finite.
+    """
+
+    a: float = 1.0
+    b: float = 1.0
+    c: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_affine_parameters(self.a, self.b, self.c)
 
     def phi(self, x: Tensor) -> Tensor:
-        return torch.cos(x)
+        inner = x if self.b == 1.0 else self.b * x
+        out = torch.cos(inner if self.c == 0.0 else inner + self.c)
+        return out if self.a == 1.0 else self.a * out
 
     def dual(
         self, cov: Tensor, var1: Tensor, var2: Tensor, *, inplace: bool, derivative: bool
     ) -> tuple[Tensor, Tensor | None]:
-        damp = torch.exp(-(var1 + var2) / 2.0)
-        return damp * torch.cosh(cov), (damp * torch.sinh(cov) if derivative else None)
+        ss, cc = sinusoid_duals(self.b, self.c, cov, var1, var2)
+        a2 = self.a * self.a
+        return a2 * cc, ((a2 * self.b * self.b) * ss if derivative else None)
 
 
 @dataclass(frozen=True)

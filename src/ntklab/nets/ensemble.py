@@ -392,6 +392,23 @@ def _combine(out: Tensor, copies: int) -> Tensor:
     return (out[0::2] - out[1::2]) * (1.0 / math.sqrt(2.0))
 
 
+def _erf_forward(act: Erf, z: Tensor, out: Tensor) -> Tensor:
+    """:math:`a\\,\\mathrm{erf}(b z) + c` written into ``out``."""
+    h = torch.erf(z if act.b == 1.0 else z * act.b, out=out)
+    if act.a != 1.0:
+        h.mul_(act.a)
+    return h if act.c == 0.0 else h.add_(act.c)
+
+
+def _erf_derivative(act: Erf, z: Tensor, out: Tensor) -> Tensor:
+    """:math:`\\phi'(z) = \\frac{2ab}{\\sqrt\\pi} e^{-b^2 z^2}` written into ``out`` (which
+    may be ``z``), as :math:`ab\\, e^{\\log(2/\\sqrt\\pi) - b^2 z^2}`."""
+    log_c = torch.full((), math.log(2.0 / math.sqrt(math.pi)), dtype=z.dtype, device=z.device)
+    d = torch.addcmul(log_c, z, z, value=-(act.b * act.b), out=out).exp_()
+    scale = act.a * act.b
+    return d if scale == 1.0 else d.mul_(scale)
+
+
 def _activation_backward(
     act: Activation, kind: str, z: Tensor, h: Tensor, g: Tensor, tmp: Tensor
 ) -> Tensor:
@@ -406,10 +423,9 @@ def _activation_backward(
     if kind == "sigmoid":  # phi' = h - h^2
         torch.addcmul(h, h, h, value=-1.0, out=tmp)
         return g.mul_(tmp)
-    if kind == "erf":  # phi' = (2/sqrt(pi)) exp(-z^2) = exp(log(2/sqrt(pi)) - z^2)
-        log_c = torch.full((), math.log(2.0 / math.sqrt(math.pi)), dtype=z.dtype, device=z.device)
-        torch.addcmul(log_c, z, z, value=-1.0, out=tmp).exp_()
-        return g.mul_(tmp)
+    if kind == "erf":
+        assert isinstance(act, Erf)
+        return g.mul_(_erf_derivative(act, z, out=tmp))
     with torch.enable_grad():
         zz = z.detach().requires_grad_(True)
         (out,) = torch.autograd.grad(act.phi(zz), zz, g)
@@ -485,7 +501,8 @@ def _manual_step(
             if kind in _IN_PLACE:  # phi' is a function of h: overwrite z
                 h = _IN_PLACE[kind](z)
             elif kind == "erf":
-                h = torch.erf(z, out=work.get("h", len(saved), z, tuple(z.shape)))
+                assert isinstance(layer, Erf)
+                h = _erf_forward(layer, z, work.get("h", len(saved), z, tuple(z.shape)))
             elif kind != "identity":
                 h = layer.phi(z)
             saved.append((z, h))
@@ -579,7 +596,8 @@ def _fast_step(
     else:
         torch.baddbmm(b1, x_in, w1, beta=first.bias_multiplier, alpha=m1, out=z)
     if kind == "erf":
-        h = torch.erf(z, out=work.get("h", 0, z, tuple(z.shape)))
+        assert isinstance(act, Erf)
+        h = _erf_forward(act, z, work.get("h", 0, z, tuple(z.shape)))
     else:
         h = _IN_PLACE[kind](z)
     if b2 is None:
@@ -609,8 +627,8 @@ def _fast_step(
     elif kind == "relu":
         dphi = h.sign_()
     else:
-        log_c = torch.full((), math.log(2.0 / math.sqrt(math.pi)), dtype=z.dtype, device=z.device)
-        dphi = torch.addcmul(log_c, z, z, value=-1.0, out=z).exp_()
+        assert isinstance(act, Erf)
+        dphi = _erf_derivative(act, z, out=z)
     a = work.get("a", 0, w1, tuple(w1.shape))
     torch.bmm((x_in * g).mT, dphi, out=a)  # (P, d, width)
     if decay != 1.0:
