@@ -1108,7 +1108,8 @@ class Architecture:
             Padding value of the inputs, as in :meth:`kernel`: the network is a
             :class:`~ntklab.kernels.masking.MaskedNetwork`, which zeroes the masked
             positions after every module, averages ``GlobalAvgPool`` over the unmasked
-            positions and gives padded keys no attention weight (a chain without branches).
+            positions and gives padded keys no attention weight; each branch (``FanOut``,
+            ``parallel``, ``Residual``) carries its own mask. No graph layers.
 
         Returns
         -------
