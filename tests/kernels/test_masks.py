@@ -79,6 +79,13 @@ ARCHITECTURES: dict[str, Callable[[], nl.kernels.Architecture]] = {
         Flatten(),
         Dense(w_std=1.2, b_std=0.05),
     ),
+    "conv_layernorm_all_relu_gap_dense": lambda: nl.serial(
+        conv(3),
+        LayerNorm(axes="all", eps=1e-12),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(w_std=1.2, b_std=0.05),
+    ),
 }
 
 
@@ -137,6 +144,10 @@ SHORT_ARCHITECTURES = {
     ),
     "layernorm_channel": lambda: nl.serial(
         conv(3), LayerNorm(axes="channel"), Relu(), GlobalAvgPool(), Dense()
+    ),
+    # normalized over the unmasked positions only
+    "layernorm_all": lambda: nl.serial(
+        conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense()
     ),
     # branches run their own chains (eager too: the fused kernels carry no masks)
     "residual": lambda: nl.serial(
@@ -253,9 +264,6 @@ def test_errors() -> None:
         arch.kernel(x, x[:, :, :5], mask_constant=PAD)
     with pytest.raises(NtklabValueError, match=r"x1: expected sequences \(n, C, L\)"):
         arch.kernel(x[:, :, 0], mask_constant=PAD)
-    norm = nl.serial(conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="LayerNorm"):
-        norm.kernel(x, mask_constant=PAD)
     up = nl.serial(ConvTranspose(None, (2,), (2,)), Relu(), Flatten(), Dense())
     with pytest.raises(NtklabValueError, match="ConvTranspose: masked inputs"):
         up.kernel(x, mask_constant=PAD)
@@ -265,7 +273,7 @@ def test_errors() -> None:
 # finite networks
 
 
-@pytest.mark.parametrize("name", ["attention_gap", "conv_gap"])
+@pytest.mark.parametrize("name", ["attention_gap", "conv_gap", "layernorm_all"])
 def test_finite_network_on_padding_is_the_network_on_short_sequences(name: str) -> None:
     """The same weights give the same outputs on the padded (masked) and on the short
     sequences: the forward pass ignores the padding as the kernel does."""
@@ -419,12 +427,6 @@ def test_images_padded_and_masked() -> None:
 def test_finite_network_errors() -> None:
     with pytest.raises(NtklabTypeError, match="mask_constant"):
         SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant="x")  # type: ignore[arg-type]
-    norm = nl.serial(conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="axes='all'"):
-        norm.to_torch(8, mask_constant=PAD)
-    inner = nl.serial(conv(3), Residual(nl.serial(conv(3), LayerNorm(axes="all"))), Dense())
-    with pytest.raises(NtklabValueError, match=r"layers\[1\]\.branch\[1\]"):
-        inner.to_torch(8, mask_constant=PAD)
     unclosed = nl.serial(conv(3), FanOut(2))
     net = unclosed.to_torch(8, mask_constant=PAD, dtype=F64)
     with pytest.raises(NtklabValueError, match="one output, got 2 branches"):

@@ -4,11 +4,12 @@
 neural-tangents' ``apply_fn(..., mask_constant=c)`` (arXiv:1912.02803) zeroes the masked
 positions of every layer's input, carries the masks through the layers (``Conv`` and
 ``AvgPool`` mask an output position when the input position at the centre of its window is
-masked), averages ``GlobalAvgPool`` over the unmasked positions and gives padded keys no
-attention weight. :class:`MaskedNetwork` does the same around the modules that
-``Architecture.to_torch(..., mask_constant=c)`` builds, inside branches too: as on the kernel
-side (``run_chain``), each branch of ``FanOut``/``parallel``/``Residual`` carries its own mask,
-and a ``FanIn`` layer keeps the first branch's.
+masked), averages ``GlobalAvgPool`` (and ``LayerNorm(axes="all")``) over the unmasked
+positions and gives padded keys no attention weight. :class:`MaskedNetwork` does the same
+around the modules that ``Architecture.to_torch(..., mask_constant=c)`` builds, inside
+branches too: as on the kernel side (``run_chain``), each branch of
+``FanOut``/``parallel``/``Residual`` carries its own mask, and a ``FanIn`` layer keeps the
+first branch's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..errors import NtklabValueError
 from .attention import SelfAttentionLayer
 from .engine import Layer, masked_input
 from .graphs import FanInConcat, FanInProd, FanInSum, FanOut, Parallel, Residual
-from .normalization import LayerNorm
+from .normalization import LayerNormLayer
 from .pooling import GlobalAvgPoolLayer
 
 __all__ = ["MaskedNetwork", "check_maskable"]
@@ -36,7 +37,7 @@ _FAN_IN = (FanInSum, FanInProd, FanInConcat)
 def check_maskable(layers: Sequence[Layer], where: str = "layers") -> None:
     """Raise unless a finite network of ``layers`` can take masked inputs: a chain whose
     branches are ``FanOut``/``parallel``/``FanIn*``/``Residual`` (their modules carry one
-    mask per branch), no graph layer and no ``LayerNorm`` over positions."""
+    mask per branch) and no graph layer."""
     for i, layer in enumerate(layers):
         here = f"{where}[{i}]"
         if layer.reads_adjacency or (
@@ -51,11 +52,6 @@ def check_maskable(layers: Sequence[Layer], where: str = "layers") -> None:
                 check_maskable(branch, f"{here}.branches[{j}]")
         elif isinstance(layer, Residual):
             check_maskable(layer.layers, f"{here}.branch")
-        if isinstance(layer, LayerNorm) and layer.axes == "all":
-            raise NtklabValueError(
-                "mask_constant: expected LayerNorm(axes='channel') on masked inputs (the "
-                f"mean over positions would include the padding), got axes='all' at {here}"
-            )
 
 
 class MaskedNetwork(nn.Module):
@@ -65,8 +61,8 @@ class MaskedNetwork(nn.Module):
     NaN entries) count as zero and a position whose channels all equal it is masked. After
     each module the masked positions of the output are zeroed (the mask follows
     :meth:`~ntklab.kernels.Layer.mask_after` when the spatial shape changes, and ends once
-    the representation is flat); ``GlobalAvgPool`` averages over the unmasked positions and
-    self-attention gives masked keys no weight.
+    the representation is flat); ``GlobalAvgPool`` and ``LayerNorm(axes="all")`` average over
+    the unmasked positions and self-attention gives masked keys no weight.
     """
 
     def __init__(self, net: nn.Sequential, layers: Sequence[Layer], mask_constant: float) -> None:
@@ -150,4 +146,10 @@ def _step(module: nn.Module, x: Tensor, mask: Tensor | None) -> Tensor:
             return module(x)  # type: ignore[no-any-return]
         finally:
             module.key_mask = None
+    if isinstance(module, LayerNormLayer) and x.ndim > 2:
+        module.mask = mask
+        try:
+            return module(x)  # type: ignore[no-any-return]
+        finally:
+            module.mask = None
     return module(x)  # type: ignore[no-any-return]
