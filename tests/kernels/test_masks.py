@@ -153,6 +153,13 @@ SHORT_ARCHITECTURES = {
     "residual": lambda: nl.serial(
         conv(3), Residual(nl.serial(conv(3), Relu(), conv(3))), Relu(), GlobalAvgPool(), Dense()
     ),
+    "residual_layernorm_all": lambda: nl.serial(
+        conv(3),
+        Residual([Relu(), conv(3), LayerNorm(axes="all")], scale=0.7),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
     "fan_out": lambda: nl.serial(
         conv(3),
         FanOut(2),
@@ -324,11 +331,11 @@ BRANCH_ARCHITECTURES: dict[str, Callable[[], nl.kernels.Architecture]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BRANCH_ARCHITECTURES))
+@pytest.mark.parametrize("name", [*sorted(BRANCH_ARCHITECTURES), "residual_layernorm_all"])
 def test_finite_branches_on_padding_are_the_network_on_short_sequences(name: str) -> None:
     """Branches carry their own masks: the same weights give the same outputs on the padded
     (masked) and on the short sequences, not those of the network on zero padding."""
-    net = BRANCH_ARCHITECTURES[name]().to_torch(
+    net = {**SHORT_ARCHITECTURES, **BRANCH_ARCHITECTURES}[name]().to_torch(
         16, mask_constant=PAD, generator=torch.Generator().manual_seed(0), dtype=F64
     )
     short = torch.randn(3, 2, 5, dtype=F64, generator=torch.Generator().manual_seed(1))
