@@ -75,6 +75,14 @@ ARCHITECTURES = {
         stax.Flatten(),
         stax.Dense(1, W_std=1.2, b_std=0.05),
     ),
+    # normalization over the unmasked positions and all channels
+    "conv_layernorm_all_relu_gap_dense": lambda: stax.serial(
+        stax.Conv(WIDTH, (3,), padding="SAME", W_std=1.5, b_std=0.1),
+        stax.LayerNorm(axis=(1, 2)),  # eps=1e-12: NT counts eps at the padding too
+        stax.Relu(),
+        stax.GlobalAvgPool(),
+        stax.Dense(1, W_std=1.2, b_std=0.05),
+    ),
 }
 
 
@@ -116,6 +124,7 @@ def main():
         case("attention", "conv_relu_attention_gap_dense", -7.0, 2, [9, 5, 3], [6, 4]),
         case("attention_self_nan", "conv_relu_attention_gap_dense", "nan", 3, [8, 3], None),
         case("avgpool_flatten", "conv_valid_avgpool_flatten_dense", -7.0, 4, [9, 6, 4], [7, 5]),
+        case("layernorm_all", "conv_layernorm_all_relu_gap_dense", -7.0, 5, [9, 5, 3], [6, 4]),
     ]
     for c in cases:
         assert np.all(np.isfinite(c["nngp"])) and np.all(np.isfinite(c["ntk"])), c["name"]

@@ -21,11 +21,13 @@ from ntklab.kernels import (
     ConvTranspose,
     Dense,
     Erf,
+    FanInConcat,
     FanInSum,
     FanOut,
     Flatten,
     GlobalAvgPool,
     GlobalSelfAttention,
+    Identity,
     Index,
     LayerNorm,
     Relu,
@@ -75,6 +77,13 @@ ARCHITECTURES: dict[str, Callable[[], nl.kernels.Architecture]] = {
         conv(2, w=1.3, b=0.2),
         Erf(),
         Flatten(),
+        Dense(w_std=1.2, b_std=0.05),
+    ),
+    "conv_layernorm_all_relu_gap_dense": lambda: nl.serial(
+        conv(3),
+        LayerNorm(axes="all", eps=1e-12),
+        Relu(),
+        GlobalAvgPool(),
         Dense(w_std=1.2, b_std=0.05),
     ),
 }
@@ -136,9 +145,20 @@ SHORT_ARCHITECTURES = {
     "layernorm_channel": lambda: nl.serial(
         conv(3), LayerNorm(axes="channel"), Relu(), GlobalAvgPool(), Dense()
     ),
+    # normalized over the unmasked positions only
+    "layernorm_all": lambda: nl.serial(
+        conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense()
+    ),
     # branches run their own chains (eager too: the fused kernels carry no masks)
     "residual": lambda: nl.serial(
         conv(3), Residual(nl.serial(conv(3), Relu(), conv(3))), Relu(), GlobalAvgPool(), Dense()
+    ),
+    "residual_layernorm_all": lambda: nl.serial(
+        conv(3),
+        Residual([Relu(), conv(3), LayerNorm(axes="all")], scale=0.7),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
     ),
     "fan_out": lambda: nl.serial(
         conv(3),
@@ -251,9 +271,6 @@ def test_errors() -> None:
         arch.kernel(x, x[:, :, :5], mask_constant=PAD)
     with pytest.raises(NtklabValueError, match=r"x1: expected sequences \(n, C, L\)"):
         arch.kernel(x[:, :, 0], mask_constant=PAD)
-    norm = nl.serial(conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="LayerNorm"):
-        norm.kernel(x, mask_constant=PAD)
     up = nl.serial(ConvTranspose(None, (2,), (2,)), Relu(), Flatten(), Dense())
     with pytest.raises(NtklabValueError, match="ConvTranspose: masked inputs"):
         up.kernel(x, mask_constant=PAD)
@@ -263,7 +280,7 @@ def test_errors() -> None:
 # finite networks
 
 
-@pytest.mark.parametrize("name", ["attention_gap", "conv_gap"])
+@pytest.mark.parametrize("name", ["attention_gap", "conv_gap", "layernorm_all"])
 def test_finite_network_on_padding_is_the_network_on_short_sequences(name: str) -> None:
     """The same weights give the same outputs on the padded (masked) and on the short
     sequences: the forward pass ignores the padding as the kernel does."""
@@ -277,6 +294,83 @@ def test_finite_network_on_padding_is_the_network_on_short_sequences(name: str) 
     torch.testing.assert_close(out, plain, rtol=1e-12, atol=1e-12)
     zero_padded = net.net(padded(short, 9, 0.0))
     assert float((zero_padded - plain).detach().abs().max()) > 1e-3
+
+
+BRANCH_ARCHITECTURES: dict[str, Callable[[], nl.kernels.Architecture]] = {
+    "residual": lambda: nl.serial(
+        conv(3),
+        Residual(nl.serial(conv(3), Relu(), conv(3)), scale=0.7),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
+    "fan_in_sum": lambda: nl.serial(
+        conv(3),
+        FanOut(3),
+        parallel(
+            nl.serial(conv(3), Relu(), conv(3)), nl.serial(conv(1), Erf(), conv(1)), Identity()
+        ),
+        FanInSum(),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
+    "fan_in_concat": lambda: nl.serial(
+        conv(3),
+        FanOut(2),
+        parallel(
+            nl.serial(conv(3), Relu(), Conv(8, (3,), padding="SAME")),
+            nl.serial(conv(1), Residual([Relu(), conv(1)]), Conv(4, (1,))),
+        ),
+        FanInConcat(),
+        attention(),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [*sorted(BRANCH_ARCHITECTURES), "residual_layernorm_all"])
+def test_finite_branches_on_padding_are_the_network_on_short_sequences(name: str) -> None:
+    """Branches carry their own masks: the same weights give the same outputs on the padded
+    (masked) and on the short sequences, not those of the network on zero padding."""
+    net = {**SHORT_ARCHITECTURES, **BRANCH_ARCHITECTURES}[name]().to_torch(
+        16, mask_constant=PAD, generator=torch.Generator().manual_seed(0), dtype=F64
+    )
+    short = torch.randn(3, 2, 5, dtype=F64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = net.net(short)
+        torch.testing.assert_close(net(padded(short, 9)), plain, rtol=1e-12, atol=1e-12)
+        zero_padded = net.net(padded(short, 9, 0.0))
+    assert float((zero_padded - plain).abs().max()) > 1e-3
+
+
+def test_finite_residual_monte_carlo_nngp() -> None:
+    """The output covariance over initializations of masked finite networks with a
+    ``Residual`` block after a VALID convolution is the masked NNGP within its standard
+    error (4 standard errors per entry), and the unmasked NNGP is not (over 5)."""
+    x = torch.randn(3, 2, 12, dtype=F64, generator=torch.Generator().manual_seed(4))
+    for i, length in enumerate([12, 5, 4]):
+        x[i, :, length:] = PAD
+    block = Residual(nl.serial(conv(3, b=1.0), Relu(), conv(3, w=1.3, b=1.0)), scale=0.8)
+    arch = nl.serial(  # large biases: the padding of an unmasked network weighs
+        conv(3, "VALID", b=1.0), Relu(), block, Erf(), GlobalAvgPool(), Dense(w_std=1.2, b_std=0.3)
+    )
+    want = arch.kernel(x, mask_constant=PAD).nngp
+    unmasked = arch.kernel(torch.where(x == PAD, 0.0, x)).nngp
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        f = torch.stack(
+            [
+                arch.to_torch(64, mask_constant=PAD, generator=gen, dtype=F64)(x)[:, 0]
+                for _ in range(1000)
+            ]
+        )  # shape: (draws, n)
+    products = f[:, :, None] * f[:, None, :]
+    got, se = products.mean(0), products.std(0) / math.sqrt(f.shape[0])
+    assert float(((got - want) / se).abs().max()) < 4.0
+    assert float(((unmasked - want) / se).abs().max()) > 5.0
 
 
 def test_finite_networks_monte_carlo_nngp() -> None:
@@ -340,12 +434,10 @@ def test_images_padded_and_masked() -> None:
 def test_finite_network_errors() -> None:
     with pytest.raises(NtklabTypeError, match="mask_constant"):
         SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant="x")  # type: ignore[arg-type]
-    res = nl.serial(conv(3), Residual(nl.serial(conv(3), Relu())), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="without branches"):
-        res.to_torch(8, mask_constant=PAD)
-    norm = nl.serial(conv(3), LayerNorm(axes="all"), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="axes='all'"):
-        norm.to_torch(8, mask_constant=PAD)
+    unclosed = nl.serial(conv(3), FanOut(2))
+    net = unclosed.to_torch(8, mask_constant=PAD, dtype=F64)
+    with pytest.raises(NtklabValueError, match="one output, got 2 branches"):
+        net(padded(torch.randn(2, 2, 4, dtype=F64), 6))
     net = SHORT_ARCHITECTURES["conv_gap"]().to_torch(8, mask_constant=PAD, dtype=F64)
     with pytest.raises(NtklabValueError, match="at least one unmasked position"):
         net(torch.full((2, 2, 5), PAD, dtype=F64))

@@ -847,8 +847,9 @@ class Architecture:
             Padding value of variable-length sequences or images (neural-tangents'
             ``mask_constant``; ``float("nan")`` masks NaN entries): entries equal to it count
             as zero, and a position whose channels all equal it is masked: the kernels
-            ignore it (covariances with it are zero, ``GlobalAvgPool`` and
-            ``GlobalSelfAttention`` average over the unmasked positions only). ``Conv`` and
+            ignore it (covariances with it are zero, ``GlobalAvgPool``,
+            ``GlobalSelfAttention`` and ``LayerNorm(axes="all")`` average over the unmasked
+            positions only). ``Conv`` and
             ``AvgPool`` mask an output position when the input position at the centre of its
             window is masked. Needs an architecture with spatial layers and, in each input,
             at least one unmasked position.
@@ -1108,7 +1109,8 @@ class Architecture:
             Padding value of the inputs, as in :meth:`kernel`: the network is a
             :class:`~ntklab.kernels.masking.MaskedNetwork`, which zeroes the masked
             positions after every module, averages ``GlobalAvgPool`` over the unmasked
-            positions and gives padded keys no attention weight (a chain without branches).
+            positions and gives padded keys no attention weight; each branch (``FanOut``,
+            ``parallel``, ``Residual``) carries its own mask. No graph layers.
 
         Returns
         -------

@@ -48,6 +48,12 @@ class LayerNorm(Layer):
               \\Theta' = \\frac{\\Theta}{\\sqrt{(v(x) + \\epsilon)(v(x') + \\epsilon)}}
               + [\\text{affine}]\\, (K' + [\\text{bias}]).
 
+    On masked inputs (``mask_constant``), ``"all"`` averages over the unmasked positions
+    only, in the kernel (:math:`v(x)`) and in the finite layer (mean and variance), so a
+    padded sequence is normalized as the short one. (neural-tangents 0.6.5 also counts
+    :math:`\\epsilon` at each padded position in :math:`v(x)`: a relative difference of order
+    :math:`\\epsilon`.)
+
     The mean over channels of a centred Gaussian representation vanishes at infinite width,
     so the layer must follow a ``Dense`` or ``Conv`` layer (possibly through pooling,
     ``Flatten`` or ``Dropout``), not a nonlinearity (as in neural-tangents).
@@ -100,12 +106,8 @@ class LayerNorm(Layer):
             )
         v1, v2 = state.var1, state.var2
         if self.axes == "all" and state.spatial_ndim and state.mask is not None:
-            raise NtklabValueError(
-                "LayerNorm(axes='all'): masked inputs (mask_constant) are not supported "
-                "(the mean over positions would include the padding); expected "
-                "axes='channel', got axes='all'"
-            )
-        if self.axes == "all" and state.spatial_ndim:
+            v1, v2 = _masked_mean_variances(state)
+        elif self.axes == "all" and state.spatial_ndim:
             v1 = v1.mean(dim=tuple(range(state.batch_ndim, v1.ndim)), keepdim=True)
             v2 = v2.mean(dim=tuple(range(state.batch_ndim, v2.ndim)), keepdim=True)
         scale = torch.rsqrt(v1 + self.eps) * torch.rsqrt(v2 + self.eps)
@@ -136,6 +138,20 @@ class LayerNorm(Layer):
         )
 
 
+def _masked_mean_variances(state: KernelState) -> tuple[Tensor, Tensor]:
+    """The variances ``var1``, ``var2`` of a masked spatial ``state`` averaged over the
+    unmasked positions of each input (neural-tangents' ``LayerNorm`` on masked inputs), shaped
+    to broadcast against ``state.cov``; the variances at masked positions are zero."""
+    assert state.mask is not None  # called on masked states only
+    out = []
+    for v, m, first in ((state.var1, state.mask[0], True), (state.var2, state.mask[1], False)):
+        total = v.sum(dim=tuple(range(state.batch_ndim, v.ndim)), keepdim=True)
+        count = (~m).flatten(1).sum(dim=1).to(v.dtype)  # shape: (n,)
+        batch = (-1,) if state.batch_ndim == 1 else (-1, 1) if first else (1, -1)
+        out.append(total / count.view(*batch, *(1,) * (v.ndim - state.batch_ndim)))
+    return out[0], out[1]
+
+
 class LayerNormLayer(LazyModuleMixin, nn.Module):
     """:math:`(x - \\mu) / \\sqrt{\\sigma^2 + \\epsilon}` over the channels (``"channel"``) or
     over channels and positions (``"all"``), with an optional per-channel affine map
@@ -158,6 +174,8 @@ class LayerNormLayer(LazyModuleMixin, nn.Module):
         self.axes = axes
         self.eps = float(eps)
         self.affine = affine
+        # the mask (n, *S) of masked inputs, set by MaskedNetwork for one forward pass
+        self.mask: Tensor | None = None
         self.weight: nn.Parameter | None = None
         self.bias: nn.Parameter | None = None
         if affine:
@@ -182,8 +200,15 @@ class LayerNormLayer(LazyModuleMixin, nn.Module):
 
     def forward(self, input: Tensor) -> Tensor:
         dims = (1,) if self.axes == "channel" else tuple(range(1, input.ndim))
-        mean = input.mean(dim=dims, keepdim=True)
-        var = input.var(dim=dims, unbiased=False, keepdim=True)
+        if self.mask is not None and self.axes == "all":
+            # the mean and variance over the unmasked positions (and all channels) only
+            keep = (~self.mask).unsqueeze(1).to(input.dtype)  # shape: (n, 1, *S)
+            count = keep.sum(dim=dims, keepdim=True) * input.shape[1]
+            mean = (input * keep).sum(dim=dims, keepdim=True) / count
+            var = ((input - mean).square() * keep).sum(dim=dims, keepdim=True) / count
+        else:
+            mean = input.mean(dim=dims, keepdim=True)
+            var = input.var(dim=dims, unbiased=False, keepdim=True)
         out = (input - mean) * torch.rsqrt(var + self.eps)
         if self.weight is not None:
             shape = (1, -1) + (1,) * (input.ndim - 2)
