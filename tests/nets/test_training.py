@@ -69,6 +69,8 @@ def test_gd_on_linear_model_equals_matrix_power(gen: torch.Generator, normalizat
 def test_weight_decay_matches_ridge_gd(gen: torch.Generator) -> None:
     x, y = _data(gen)
     net = nn.Linear(4, 2, bias=False, dtype=F64)
+    with torch.no_grad():  # seeded, not torch's global generator: the test is reproducible
+        net.weight.copy_(torch.randn(2, 4, generator=gen, dtype=F64))
     w0 = net.weight.detach().clone()
     eta, wd, c = 0.1, 0.3, 1.0 / y.numel()
     train(net, x, y, learning_rate=eta, t=30, weight_decay=wd)
