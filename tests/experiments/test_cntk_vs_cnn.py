@@ -125,8 +125,8 @@ def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
     config = resolve_config(get_experiment(NAME), "paper", {})
     assert isinstance(config, CntkVsCnnConfig)
     assert config.dataset == "fashion-mnist" and config.data_root is None
-    assert (config.n_train, config.n_test, config.depth) == (2000, 1000, 5)
-    assert (config.cnn_width, config.cnn_t) == (128, 2000)
+    assert (config.n_train, config.n_test, config.depth) == (256, 256, 5)
+    assert (config.cnn_width, config.cnn_t) == (32, 500)
 
 
 # --- tiny run ------------------------------------------------------------------------------
@@ -340,24 +340,53 @@ def test_kernel_cost_note_states_the_rate() -> None:
     assert "mlp_ntk 10 entries (input pairs) in 0 s (inf per s)" in note
 
 
+def _cnn_flops(width: int, depth: int, n: int, steps: int) -> tuple[float, float]:
+    """Flops of the finite CNN per image and step, and in all: 3 x 3 convolutions on 28 x 28
+    (1 -> C, then C -> C), forward and backward."""
+    per_image = 6 * 28 * 28 * 9 * (width + (depth - 1) * width**2)
+    return per_image, per_image * n * steps
+
+
+def _pairs(n_train: int, n_test: int) -> int:
+    """CNTK entries computed: the training kernel is symmetric (pairs i <= j), the test kernel
+    is not."""
+    return n_train * (n_train + 1) // 2 + n_test * n_train
+
+
 def test_docstring_paper_scale_counts_the_paper_grid() -> None:
-    """The module's paper-scale cost counts the paper config's CNTK entries."""
+    """The module's paper-scale cost counts the paper config's CNTK entries and CNN flops, and
+    those of the grid of Arora et al.'s scale that it names for a GPU."""
     import ntklab.experiments.cntk_vs_cnn as module
 
     config = resolve_config(get_experiment(NAME), "paper", {})
     assert isinstance(config, CntkVsCnnConfig)
     doc = " ".join((module.__doc__ or "").split())
-    assert "Paper scale (depth 5, 2000 training and 1000 test images of 28 x 28" in doc
-    # the training kernel is symmetric (pairs i <= j), the test kernel is not
-    pairs = config.n_train * (config.n_train + 1) // 2 + config.n_test * config.n_train
-    assert round(pairs / 1e6) == 4
-    assert r":math:`4 \times 10^6` pairs" in doc
-    assert "CNTK-GAP pairs per second" in doc
-    # the finite CNN: 3 x 3 convolutions (1 -> C, then C -> C), forward and backward
-    per_image = 6 * 28 * 28 * 9 * (config.cnn_width + (config.depth - 1) * config.cnn_width**2)
-    assert f":math:`{per_image / 1e9:.1f} \\times 10^9` flops per image and step" in doc
-    total = per_image * config.n_train * config.cnn_t
-    assert f":math:`{total / 1e16:.1f} \\times 10^{{16}}` flops for {config.cnn_t} steps" in doc
+    assert (
+        f"depth {config.depth}, {config.n_train} training and {config.n_test} test images of "
+        f"28 x 28 (class-balanced), a width-{config.cnn_width} CNN trained for {config.cnn_t}"
+    ) in doc
+    pairs = _pairs(config.n_train, config.n_test)
+    assert f":math:`{pairs / 1e4:.1f} \\times 10^4` pairs" in doc
+    per_image, total = _cnn_flops(config.cnn_width, config.depth, config.n_train, config.cnn_t)
+    assert f":math:`{per_image / 1e8:.1f} \\times 10^8` flops per image and step" in doc
+    assert f":math:`{total / 1e13:.1f} \\times 10^{{13}}` flops for {config.cnn_t} steps" in doc
+    # the stated minutes follow from the stated rates
+    assert "about 88 CNTK-GAP pairs per second" in doc
+    assert f"about {round(pairs / 88 / 60)} minutes" in doc
+    assert "measured at 4.3 ms per image-step: about " in doc
+    assert f"about {round(config.n_train * config.cnn_t * 4.3e-3 / 60)} minutes." in doc
+    # the grid of Arora et al.'s scale, named for a GPU
+    big = resolve_config(
+        get_experiment(NAME),
+        "paper",
+        {"n_train": "2000", "n_test": "1000", "cnn_width": "128", "cnn_t": "2000"},
+    )
+    assert isinstance(big, CntkVsCnnConfig)
+    assert "--set n_train=2000 n_test=1000 cnn_width=128 cnn_t=2000" in doc
+    assert round(_pairs(big.n_train, big.n_test) / 1e6) == 4
+    assert f"about {round(_pairs(big.n_train, big.n_test) / 88 / 3600)} hours" in doc
+    _, big_total = _cnn_flops(big.cnn_width, big.depth, big.n_train, big.cnn_t)
+    assert f":math:`{big_total / 1e16:.1f} \\times 10^{{16}}` flops of CNN training" in doc
 
 
 def test_numpy_cntk_matches_the_library_kernel() -> None:
