@@ -34,13 +34,15 @@ when the predicted time of its next row exceeds ``--budget-s`` (default 1800; fe
 ``--feature-budget-s``, default 3600, the issue's hour for the full set): the time of the last row
 times :math:`(n_{next}/n_{last})^p`, ``p`` measured from its last two rows (clamped to
 ``[1, 3]``), or ``p = 2`` (exact) / ``1`` (features) after one row. Each row: test accuracy,
-chosen ``r``, wall seconds (kernel or features, solve, total), peak resident memory of the
-process during the row (``/proc/self/statm`` sampled every 20 ms; the loaded data set is about
-500 MiB of it). Each method's last row is near its budget, so the default run is expected to
-take 6-8 hours; run it under ``nohup`` with ``--json`` and rerun the same command to resume.
-Rows go to ``--json`` (written atomically after
-every row; rows already there, same method, n, n_test, features, depth and seed, are skipped,
-so a killed run resumes), a table is printed, ``--plot`` draws accuracy vs n and vs time (one
+chosen ``r``, wall seconds (kernel or features, solve, total), the process's CPU seconds over
+all its threads (``CPU s``: on a machine shared with other work the wall time grows while the
+CPU time does not; CPU s / threads is the wall time the row would take alone), peak resident
+memory of the process during the row (``/proc/self/statm`` sampled every 20 ms; the loaded
+data set is about 500 MiB of it). Each method's last row is near its budget, so the default
+run is expected to take 6-8 hours; run it under ``nohup`` with ``--json`` and rerun the same
+command to resume. Rows go to ``--json`` (written atomically after every row; rows already
+there, same method, n, n_test, features, depth and seed, are skipped, so a killed run
+resumes), a table is printed, ``--plot`` draws accuracy vs n and vs time (one
 figure), ``--markdown`` prints the README table.
 
 Measured (2026-12-02, 2-core CPU shared with other jobs, one thread, ``nice``; dry run
@@ -233,12 +235,12 @@ def run_row(method: Method, n: int, train: Dataset, test: Dataset, seed: int) ->
     arch = architecture(method.family, method.depth)
     x, xt = inputs(method.family, sub.x), inputs(method.family, test.x)
     with peak_rss() as peak:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if method.exact:
             scores, r, k_s = exact_fit(arch, x, xt, sub, test)
         else:
             scores, r, k_s = feature_fit(arch, x, xt, sub, test, method.num_features)
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "method": method.name,
         "n": n,
@@ -251,6 +253,7 @@ def run_row(method: Method, n: int, train: Dataset, test: Dataset, seed: int) ->
         "kernel_s": k_s,
         "solve_s": total - k_s,
         "total_s": total,
+        "cpu_s": cpu,
         "peak_rss_mib": peak[0],
         "threads": torch.get_num_threads(),
     }
@@ -327,7 +330,8 @@ def sweep(
 # output
 
 
-COLUMNS = ("method", "depth", "F", "n", "n_test", "r", "acc %", "kernel s", "total s", "MiB")
+COLUMNS = ("method", "depth", "F", "n", "n_test", "r", "acc %")
+COLUMNS += ("kernel s", "total s", "CPU s", "MiB")
 
 
 def cells(row: dict[str, Any]) -> list[str]:
@@ -341,6 +345,7 @@ def cells(row: dict[str, Any]) -> list[str]:
         f"{100 * row['accuracy']:.2f}",
         f"{row['kernel_s']:.1f}",
         f"{row['total_s']:.1f}",
+        f"{row['cpu_s']:.0f}" if "cpu_s" in row else "-",
         f"{row['peak_rss_mib']:.0f}",
     ]
 

@@ -121,6 +121,8 @@ def test_row_matches_a_dense_numpy_recomputation(
     assert row["accuracy"] > 0.3  # better than chance (0.1) on the learnable toy classes
     assert row["n"] == 40 and row["n_test"] == 30 and row["peak_rss_mib"] > 10
     assert 0 <= row["kernel_s"] <= row["total_s"]
+    # CPU seconds over the row's threads: positive, at most threads x wall (plus timer slack)
+    assert 0 < row["cpu_s"] <= row["threads"] * row["total_s"] + 0.05
 
 
 def fake_row(times: dict[int, float], calls: list[int]) -> Any:
