@@ -169,6 +169,17 @@ SHORT_ARCHITECTURES = {
         GlobalAvgPool(),
         Dense(),
     ),
+    # square-root scaling: the sums over position pairs skip the masked positions
+    "attention_sqrt_identity": lambda: nl.serial(
+        conv(1),
+        Erf(),
+        GlobalSelfAttention(
+            attention_mechanism="IDENTITY", linear_scaling=False, w_query_std=0.5, b_std=0.2
+        ),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
     # positional embeddings of the first positions are those of the short sequence
     "attention_abs_pos_emb": lambda: nl.serial(
         conv(1),
