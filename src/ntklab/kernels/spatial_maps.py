@@ -145,9 +145,9 @@ class ImageResize(Layer):
                 f"shape: expected an int or a tuple of ints (the output spatial shape, -1 to "
                 f"keep an axis), got {self.shape!r}"
             )
-        if len(shape) not in (1, 2) or any(s < 1 and s != -1 for s in shape):
+        if len(shape) not in (1, 2, 3) or any(s < 1 and s != -1 for s in shape):
             raise NtklabValueError(
-                "shape: expected 1 or 2 entries (the spatial axes only: the batch and the "
+                "shape: expected 1 to 3 entries (the spatial axes only: the batch and the "
                 f"channels cannot be resized), each a size >= 1 or -1, got {shape!r}"
             )
         if self.method in _REFUSED:
