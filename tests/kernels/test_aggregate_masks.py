@@ -220,6 +220,45 @@ def test_naive_reference_is_the_kernel_of_equal_sized_graphs() -> None:
     torch.testing.assert_close(k.nngp, nngp, rtol=RTOL, atol=0.0)
 
 
+BRANCHED: dict[str, Callable[[], nl.Architecture]] = {
+    "residual": lambda: nl.serial(
+        conv(),
+        nl.kernels.Residual([nl.Relu(), Aggregate(), conv(1.3, 0.3)], scale=0.8),
+        nl.Relu(),
+        GlobalAvgPool(),
+        nl.Dense(1, 1.2, 0.05),
+    ),
+    "parallel": lambda: nl.serial(
+        conv(),
+        nl.kernels.FanOut(2),
+        nl.kernels.parallel([Aggregate(), conv(1.3, 0.2)], conv(1.1, 0.4)),
+        nl.kernels.FanInSum(),
+        nl.Relu(),
+        Aggregate(),
+        GlobalAvgPool(),
+        nl.Dense(1, 1.2, 0.05),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRANCHED))
+def test_aggregate_in_branches_on_padded_graphs(name: str) -> None:
+    """``Aggregate`` inside ``Residual`` and ``parallel`` branches: the masked kernel of
+    graphs padded from 4 to 6 nodes is the unmasked kernel of the 4-node graphs, and the
+    masked finite network gives the outputs of the unpadded graphs."""
+    graphs = random_graphs(10, [4, 4, 4])
+    short = GraphBatch(torch.stack([f for f, _ in graphs]), torch.stack([a for _, a in graphs]))
+    arch = BRANCHED[name]()
+    want = arch.kernel(short)
+    got = arch.kernel(pad(graphs, 6, math.nan, 7), mask_constant=math.nan)
+    torch.testing.assert_close(got.ntk, want.ntk, rtol=RTOL, atol=0.0)
+    torch.testing.assert_close(got.nngp, want.nngp, rtol=RTOL, atol=0.0)
+    net = arch.to_torch(8, mask_constant=PAD, dtype=F64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = net(pad(graphs, 6, PAD, 8))
+        torch.testing.assert_close(out, net(short), rtol=1e-12, atol=1e-12)
+
+
 def test_blocks_carry_the_masks() -> None:
     """Blocks of graph pairs (a small ``max_memory``) slice features, masks and adjacency
     together."""

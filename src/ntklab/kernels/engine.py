@@ -226,7 +226,10 @@ def remasked(layer: Layer, masks: tuple[Tensor, Tensor], flow: Flows) -> Flows:
     m1, m2 = masks
     shape = pair.spatial_shape
     carried = pair.mask  # set by the branches of a graph layer, which remask themselves
-    if layer.moves_positions or (
+    composite = bool(layer.sublayers)
+    if composite and carried is not None and tuple(carried[0].shape[1:]) == shape:
+        m1, m2 = carried  # the mask the branches carried to the output (FanIn: the first's)
+    elif (layer.moves_positions and not composite) or (
         tuple(m1.shape[1:]) != shape and (carried is None or tuple(carried[0].shape[1:]) != shape)
     ):
         same = m2 is m1
@@ -341,19 +344,19 @@ class Layer(ABC):
         """Whether the layer maps positions to other positions otherwise than by windows
         (``Index``, ``ImageResize``, ``DotGeneral``, ``ConvTranspose``, ``Aggregate``):
         the masks of padded inputs follow it only where :meth:`mask_after` says how
-        (``Aggregate``: a masked node stays masked)."""
+        (``Index``: the mask is indexed alike; ``Aggregate``: a masked node stays masked)."""
         return any(layer.moves_positions for layer in self.sublayers)
 
     def mask_after(self, mask: Tensor) -> Tensor:
         """The mask ``(n, *S')`` of the layer's output for inputs masked as ``mask``
         ``(n, *S)`` (``True``: masked), when the layer changes the spatial shape or moves
-        positions; window layers (``Conv``, ``AvgPool``) and ``Aggregate`` override it, the
-        others refuse masked inputs."""
+        positions; window layers (``Conv``, ``AvgPool``), ``Index`` and ``Aggregate``
+        override it, the others refuse masked inputs."""
         raise NtklabValueError(
             f"{type(self).__name__}: masked inputs (mask_constant) are not supported by a "
             "layer that moves positions or changes the spatial shape "
             f"{tuple(mask.shape[1:])}, other than Conv, AvgPool, SumPool, GlobalAvgPool, "
-            "Flatten and Aggregate; got one"
+            "Flatten, Index and Aggregate; got one"
         )
 
     @property

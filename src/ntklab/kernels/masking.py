@@ -130,11 +130,13 @@ def _masked_layer(layer: Layer, module: Any, x: Values, mask: Masks) -> tuple[Va
 
 def _remask(layer: Layer, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """``x``, the output of ``layer`` on inputs masked as ``mask``, with its masked
-    positions zeroed, and its mask (:meth:`Layer.mask_after` when the spatial shape changed,
-    ``None`` once flat)."""
+    positions zeroed, and its mask (:meth:`Layer.mask_after` when the spatial shape changed
+    or the layer moves positions, ``None`` once flat; a ``Residual`` keeps its input's, as
+    on the kernel side)."""
     if mask is None or x.ndim == 2:
         return x, None
-    if tuple(x.shape[2:]) != tuple(mask.shape[1:]):
+    moves = layer.moves_positions and not layer.sublayers
+    if moves or tuple(x.shape[2:]) != tuple(mask.shape[1:]):
         mask = layer.mask_after(mask)
     return x.masked_fill(mask.unsqueeze(1), 0.0), mask
 
