@@ -75,6 +75,25 @@ ARCHITECTURES = {
         stax.Flatten(),
         stax.Dense(1, W_std=1.2, b_std=0.05),
     ),
+    # indexing carries the mask (NT: ``mask[idx]``)
+    "conv_index_reverse_conv_gap_dense": lambda: stax.serial(
+        stax.Conv(WIDTH, (3,), padding="SAME", W_std=1.5, b_std=0.1),
+        stax.Relu(),
+        stax.Index((slice(None), slice(None, None, -1), slice(None))),
+        stax.Conv(WIDTH, (3,), padding="SAME", W_std=1.3, b_std=0.2),
+        stax.Erf(),
+        stax.GlobalAvgPool(),
+        stax.Dense(1, W_std=1.2, b_std=0.05),
+    ),
+    "conv_index_stride_flatten_dense": lambda: stax.serial(
+        stax.Conv(WIDTH, (3,), padding="SAME", W_std=1.5, b_std=0.1),
+        stax.Relu(),
+        stax.Index((slice(None), slice(1, None, 2), slice(None))),
+        stax.Conv(WIDTH, (2,), padding="SAME", W_std=1.3, b_std=0.2),
+        stax.Relu(),
+        stax.Flatten(),
+        stax.Dense(1, W_std=1.2, b_std=0.05),
+    ),
     # normalization over the unmasked positions and all channels
     "conv_layernorm_all_relu_gap_dense": lambda: stax.serial(
         stax.Conv(WIDTH, (3,), padding="SAME", W_std=1.5, b_std=0.1),
@@ -125,6 +144,8 @@ def main():
         case("attention_self_nan", "conv_relu_attention_gap_dense", "nan", 3, [8, 3], None),
         case("avgpool_flatten", "conv_valid_avgpool_flatten_dense", -7.0, 4, [9, 6, 4], [7, 5]),
         case("layernorm_all", "conv_layernorm_all_relu_gap_dense", -7.0, 5, [9, 5, 3], [6, 4]),
+        case("index_reverse", "conv_index_reverse_conv_gap_dense", -7.0, 6, [9, 5, 3], [6, 4]),
+        case("index_stride_self_nan", "conv_index_stride_flatten_dense", "nan", 7, [9, 6, 4], None),
     ]
     for c in cases:
         assert np.all(np.isfinite(c["nngp"])) and np.all(np.isfinite(c["ntk"])), c["name"]

@@ -490,6 +490,28 @@ CASES = [
             dense(),
         ],
     ),
+    # 3-D resizing (appended last: the seeds of the cases above are their positions; after 0
+    # or 2 shared Convs, see CONV2)
+    (
+        "conv3d_resize_linear",
+        3,
+        [
+            conv((2, 2, 2)),
+            RELU,
+            conv((2, 1, 2), w=1.3, b=0.2),
+            RELU,
+            resize((3, 6, -1)),
+            conv((2, 2, 2)),
+            RELU,
+            GAP,
+            dense(),
+        ],
+    ),
+    (
+        "conv3d_resize_nearest_flatten",
+        3,
+        [resize((5, 3, 4), "nearest"), conv((2, 2, 2)), RELU, FLATTEN, dense()],
+    ),
 ]
 
 

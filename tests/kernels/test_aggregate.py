@@ -18,6 +18,7 @@ from ntklab.kernels import (
     Conv,
     DotGeneral,
     FanInConcat,
+    FanInSum,
     FanOut,
     Flatten,
     GlobalAvgPool,
@@ -169,6 +170,35 @@ def test_aggregate_in_branches_is_linear() -> None:
     torch.testing.assert_close(k.nngp, (k_agg.nngp + k_id.nngp) / 2)
     torch.testing.assert_close(k.ntk, (k_agg.ntk + k_id.ntk) / 2)
     assert not torch.allclose(k_agg.nngp, k_id.nngp, rtol=1e-2)
+
+
+def test_aggregate_after_branches_of_convolutions() -> None:
+    """Graph inputs keep their adjacency through branches of convolutions (which must not
+    take the fused convolution kernel): the sum of two independent 1x1 convolutions is one
+    with the variances doubled, before and inside the aggregation."""
+    g1, g2 = _graphs(13), _graphs(14, n=2)
+    r = 2**0.5
+
+    def c(w: float = 1.5, b: float = 0.1) -> Conv:
+        return Conv(64, (1,), w_std=w, b_std=b)
+
+    tail = [nl.Relu(), Aggregate(), GlobalAvgPool(), nl.Dense(1, w_std=1.2, b_std=0.05)]
+    block = [c(), nl.Relu(), Aggregate(), c()]  # Aggregate inside a branch of Conv, Relu
+    archs = {
+        "after": (
+            nl.serial(c(), FanOut(2), parallel(c(), c()), FanInSum(), *tail),
+            nl.serial(c(), c(1.5 * r, 0.1 * r), *tail),
+        ),
+        "inside": (
+            nl.serial(c(), FanOut(2), parallel(block, block), FanInSum(), *tail),
+            nl.serial(c(), c(), nl.Relu(), Aggregate(), c(1.5 * r, 0.1 * r), *tail),
+        ),
+    }
+    with torch.no_grad():  # in place: where the fused kernels would run
+        for summed, single in archs.values():
+            got, want = summed.kernel(g1, g2), single.kernel(g1, g2)
+            torch.testing.assert_close(got.ntk, want.ntk, rtol=1e-10, atol=0)
+            torch.testing.assert_close(got.nngp, want.nngp, rtol=1e-10, atol=0)
 
 
 def test_blocks_and_self_kernel_agree() -> None:

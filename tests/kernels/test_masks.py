@@ -28,6 +28,7 @@ from ntklab.kernels import (
     GlobalAvgPool,
     GlobalSelfAttention,
     Identity,
+    ImageResize,
     Index,
     LayerNorm,
     Relu,
@@ -76,6 +77,24 @@ ARCHITECTURES: dict[str, Callable[[], nl.kernels.Architecture]] = {
         AvgPool((2,), strides=(2,), padding="VALID"),
         conv(2, w=1.3, b=0.2),
         Erf(),
+        Flatten(),
+        Dense(w_std=1.2, b_std=0.05),
+    ),
+    "conv_index_reverse_conv_gap_dense": lambda: nl.serial(
+        conv(3),
+        Relu(),
+        Index(Slice[:, :, ::-1]),
+        conv(3, w=1.3, b=0.2),
+        Erf(),
+        GlobalAvgPool(),
+        Dense(w_std=1.2, b_std=0.05),
+    ),
+    "conv_index_stride_flatten_dense": lambda: nl.serial(
+        conv(3),
+        Relu(),
+        Index(Slice[:, :, 1::2]),
+        conv(2, w=1.3, b=0.2),
+        Relu(),
         Flatten(),
         Dense(w_std=1.2, b_std=0.05),
     ),
@@ -168,6 +187,24 @@ SHORT_ARCHITECTURES = {
         Relu(),
         GlobalAvgPool(),
         Dense(),
+    ),
+    # square-root scaling: the sums over position pairs skip the masked positions
+    "attention_sqrt_identity": lambda: nl.serial(
+        conv(1),
+        Erf(),
+        GlobalSelfAttention(
+            attention_mechanism="IDENTITY", linear_scaling=False, w_query_std=0.5, b_std=0.2
+        ),
+        Relu(),
+        GlobalAvgPool(),
+        Dense(),
+    ),
+    # indexing carries the mask: strided and reversed positions
+    "index_stride": lambda: nl.serial(
+        conv(3), Relu(), Index(Slice[:, :, ::2]), conv(3), Relu(), GlobalAvgPool(), Dense()
+    ),
+    "index_reverse": lambda: nl.serial(
+        conv(3), Relu(), Index(Slice[:, :, ::-1]), conv(3), Erf(), GlobalAvgPool(), Dense()
     ),
     # positional embeddings of the first positions are those of the short sequence
     "attention_abs_pos_emb": lambda: nl.serial(
@@ -280,7 +317,7 @@ def test_errors() -> None:
 # finite networks
 
 
-@pytest.mark.parametrize("name", ["attention_gap", "conv_gap", "layernorm_all"])
+@pytest.mark.parametrize("name", ["attention_gap", "conv_gap", "layernorm_all", "index_reverse"])
 def test_finite_network_on_padding_is_the_network_on_short_sequences(name: str) -> None:
     """The same weights give the same outputs on the padded (masked) and on the short
     sequences: the forward pass ignores the padding as the kernel does."""
@@ -500,6 +537,15 @@ def test_branches_that_change_the_spatial_shape() -> None:
 
 def test_layers_that_move_positions_refuse_masks() -> None:
     x = padded(torch.randn(2, 2, 4, dtype=F64), 6)
-    flip = nl.serial(conv(3), Index(Slice[:, :, ::-1]), Relu(), GlobalAvgPool(), Dense())
-    with pytest.raises(NtklabValueError, match="Index: masked inputs"):
-        flip.kernel(x, mask_constant=PAD)
+    resize = nl.serial(conv(3), ImageResize((9,)), Relu(), GlobalAvgPool(), Dense())
+    with pytest.raises(NtklabValueError, match="ImageResize: masked inputs"):
+        resize.kernel(x, mask_constant=PAD)
+
+
+def test_index_refuses_to_select_masked_positions_only() -> None:
+    x = padded(torch.randn(2, 2, 4, dtype=F64), 9)
+    tail = nl.serial(conv(3), Index(Slice[:, :, 5:]), Relu(), GlobalAvgPool(), Dense())
+    with pytest.raises(NtklabValueError, match="Index: expected at least one unmasked"):
+        tail.kernel(x, mask_constant=PAD)
+    with pytest.raises(NtklabValueError, match="Index: expected at least one unmasked"):
+        tail.to_torch(8, mask_constant=PAD, dtype=F64)(x)

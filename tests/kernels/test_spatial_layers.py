@@ -302,6 +302,15 @@ MONTE_CARLO = [
         ],
         id="conv_transpose_3d",
     ),
+    pytest.param(
+        [
+            Conv(None, (2, 2, 2), w_std=1.4, b_std=0.1),
+            nl.Relu(),
+            ImageResize((3, 5, 2)),
+            Flatten(),
+        ],
+        id="resize_3d",
+    ),
 ]
 
 
@@ -409,6 +418,9 @@ def test_bad_inputs_are_refused(layers: list[Any], x_shape: tuple[int, ...], mat
         (nn.Upsample(size=(4, 3), mode="bilinear"), (2, 6, 5)),
         (nn.Upsample(size=(4, 11), mode="nearest-exact"), (2, 6, 5)),
         (nn.Upsample(size=11, mode="linear"), (2, 7)),
+        (nn.Upsample(size=(3, 5, 4), mode="trilinear"), (2, 4, 3, 2)),
+        (nn.Upsample(size=(2, 5, 3), mode="nearest-exact"), (2, 3, 4, 2)),
+        (nn.Upsample(size=(9,), mode="nearest-exact"), (2, 7)),
     ],
 )
 def test_from_torch_reads_pooling_and_upsampling_as_torch_computes_them(
@@ -421,19 +433,25 @@ def test_from_torch_reads_pooling_and_upsampling_as_torch_computes_them(
     features = math.prod(mx.shape[1:])
     arch = nl.kernels.from_torch(nn.Sequential(module, nn.Flatten(), nn.Linear(features, 1)))
     reference = nl.kernels.from_torch(nn.Sequential(nn.Flatten(), nn.Linear(features, 1)))
-    torch.testing.assert_close(arch.kernel(x).nngp, reference.kernel(mx).nngp)
-    torch.testing.assert_close(arch.kernel(x).ntk, reference.kernel(mx).ntk)
+    flat = mx.flatten(1)  # Flatten's average over channels and positions, for 3-D images too
+    torch.testing.assert_close(arch.kernel(x).nngp, reference.kernel(flat).nngp)
+    torch.testing.assert_close(arch.kernel(x).ntk, reference.kernel(flat).ntk)
 
 
-def test_from_torch_conv_transpose_has_the_variance_of_torch_initialization() -> None:
-    """Output covariance of torch-initialized nn.ConvTranspose2d layers (linear, so exact in
-    expectation for their uniform weights) is the NNGP that from_torch reads."""
-    x = _images(3, (4, 4, 3), 11)
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_from_torch_conv_transpose_has_the_variance_of_torch_initialization(ndim: int) -> None:
+    """Output covariance of torch-initialized nn.ConvTranspose2d/3d layers (linear, so exact
+    in expectation for their uniform weights) is the NNGP that from_torch reads."""
+    x = _images(3, (4, 4, 3) if ndim == 2 else (4, 3, 2, 3), 11)
+
+    def make() -> nn.Module:
+        if ndim == 2:
+            return nn.ConvTranspose2d(4, 64, (3, 2), stride=2, padding=1)
+        return nn.ConvTranspose3d(4, 64, (2, 3, 2), stride=(2, 1, 2), padding=(0, 1, 1))
+
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        layers = [
-            nn.ConvTranspose2d(4, 64, (3, 2), stride=2, padding=1).double() for _ in range(40)
-        ]
+        layers = [make().double() for _ in range(40)]
     arch = nl.kernels.from_torch(nn.Sequential(layers[0], nn.Flatten()))
     nngp = arch.kernel(x).nngp
     with torch.no_grad():
@@ -479,6 +497,15 @@ def test_from_torch_refuses_what_has_no_counterpart(module: nn.Module) -> None:
         nl.kernels.from_torch(nn.Sequential(nn.Conv2d(2, 2, 1), module))
 
 
+def test_from_torch_nearest_upsample_of_an_int_size_takes_the_rank_of_its_input() -> None:
+    after_conv = nl.kernels.from_torch(
+        nn.Sequential(nn.Conv3d(2, 2, 1), nn.Upsample(size=5, mode="nearest-exact"))
+    )
+    assert after_conv.layers[1] == ImageResize((5, 5, 5), "nearest", antialias=False)
+    with pytest.raises(NtklabValueError, match="give size as a tuple"):
+        nl.kernels.from_torch(nn.Sequential(nn.Upsample(size=5, mode="nearest-exact")))
+
+
 def test_from_torch_reads_3d_convolutions_and_pooling() -> None:
     net = nn.Sequential(
         nn.Conv3d(2, 4, 3, padding=1),
@@ -495,6 +522,10 @@ def test_from_torch_reads_3d_convolutions_and_pooling() -> None:
         SumPool((2, 2, 2), (2, 2, 2), (0, 0, 0)),
     )
     assert arch.kernel(_images(2, (2, 4, 4, 4), 13)).ntk.shape == (2, 2)
+    pooled = nl.kernels.from_torch(
+        nn.Sequential(nn.Conv3d(2, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten())
+    )
+    assert pooled.layers[2:] == (GlobalAvgPool(),)  # the Flatten after it is read as none
 
 
 # ------------------------------------------------------------------ memory blocks

@@ -328,6 +328,11 @@ def _empirical_ntk(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         nl.Gabor(),
         nl.Hermite(3),
         nl.SigmoidLike(),
+        nl.Exp(0.8, 0.3),
+        nl.GaussianBump(1.2, -0.8),
+        nl.Rbf(0.7),
+        nl.Monomial(2),
+        nl.Polynomial((0.1, -0.5, 0.3, 0.2)),
     ],
     ids=repr,
 )

@@ -86,9 +86,25 @@ class Aggregate(Layer):
     GraphBatch(x2, p2))``. The ``"SPARSE"`` pattern (edge lists ``(n, E, 2)``) becomes a
     dense adjacency with :func:`~ntklab.kernels.graph_batch.edges_to_adjacency`; the kernel
     is computed densely (:math:`O(N^3)` per pair of graphs). The nodes are the one spatial
-    axis (stax's ``aggregate_axis`` over several axes is not supported), and there are no
-    masks: graphs of fewer nodes are padded with isolated zero nodes, which pooling layers
-    still count.
+    axis (stax's ``aggregate_axis`` over several axes is not supported).
+
+    Graphs of different node counts are batched by padding them to a common ``N``. With
+    ``arch.kernel(g1, g2, mask_constant=c)`` (NT's ``kernel_fn(x1, x2, pattern=(p1, p2),
+    mask_constant=c)``) a node whose features all equal ``c`` (NaN: are NaN) is masked: the
+    covariances with it are zero after every layer, so aggregation reads nothing from it
+    and writes nothing to it whatever the adjacency holds in its row and column, and
+    ``GlobalAvgPool`` averages over the unmasked nodes only: the kernel of the padded graphs
+    is that of the graphs without padding. ``arch.to_torch(..., mask_constant=c)`` builds
+    the finite network that does the same (masked nodes zeroed after every module). Without
+    ``mask_constant``, padding nodes are ordinary nodes: isolated zero nodes still count in
+    the pooling layers' averages.
+
+    One difference from NT 0.6.5: NT zeroes the covariances of masked nodes only after
+    layers declared ``remask_kernel=True``, not after activations whose value at 0 is not 0
+    (``Polynomial`` with a constant term, ``Monomial(0)``), so its ``Aggregate`` after such
+    an activation reads masked nodes at covariance :math:`\\phi(0)^2` although NT's own
+    finite network (``apply_fn``, which zeroes every layer's masked inputs) does not; here
+    every layer's output is remasked, as the finite network is.
 
     Examples
     --------
@@ -119,6 +135,11 @@ class Aggregate(Layer):
     @property
     def passes_through(self) -> bool:
         return True
+
+    def mask_after(self, mask: Tensor) -> Tensor:
+        """The mask of the output: that of the input (a masked node stays masked, as in
+        neural-tangents' ``Aggregate``; its covariances are zeroed after the layer)."""
+        return mask
 
     def _check(self, state: KernelState) -> tuple[Tensor, Tensor]:
         require_spatial("Aggregate", state, 1)

@@ -129,8 +129,15 @@ class GlobalSelfAttention(Layer):
 
     Notes
     -----
-    The formulas are in :mod:`ntklab.kernels.attention`. Masked inputs (neural-tangents'
-    ``mask_constant``) are not supported.
+    The formulas are in :mod:`ntklab.kernels.attention`. Masked inputs (variable-length
+    sequences padded with ``mask_constant`` in ``arch.kernel`` and ``arch.to_torch``, as
+    neural-tangents' ``mask_constant``) are supported with every mechanism and both
+    scalings: masked key positions get no weight (logits :math:`-\\infty` before
+    ``"SOFTMAX"``, weight 0 for the elementwise mechanisms), the outputs at masked query
+    positions are zeroed, and the positional embeddings stay those of the positions counted
+    from the start, so a sequence padded at its end has the kernel of the unpadded sequence.
+    Checked against neural-tangents 0.6.5 for ``"SOFTMAX"`` with linear scaling, and against
+    the unpadded sequences and the finite masked network (``tests/kernels/test_masks.py``).
 
     Examples
     --------

@@ -55,7 +55,7 @@ from .covariance import (
     to_diagonal,
     with_variances,
 )
-from .graph_batch import GraphBatch, GraphNetwork
+from .graph_batch import GraphBatch, GraphNetwork, check_finite
 from .kernel import Kernel, KernelState
 from .network_wrappers import AntisymmetricPair, ScaledOutput
 
@@ -226,7 +226,10 @@ def remasked(layer: Layer, masks: tuple[Tensor, Tensor], flow: Flows) -> Flows:
     m1, m2 = masks
     shape = pair.spatial_shape
     carried = pair.mask  # set by the branches of a graph layer, which remask themselves
-    if layer.moves_positions or (
+    composite = bool(layer.sublayers)
+    if composite and carried is not None and tuple(carried[0].shape[1:]) == shape:
+        m1, m2 = carried  # the mask the branches carried to the output (FanIn: the first's)
+    elif (layer.moves_positions and not composite) or (
         tuple(m1.shape[1:]) != shape and (carried is None or tuple(carried[0].shape[1:]) != shape)
     ):
         same = m2 is m1
@@ -340,19 +343,20 @@ class Layer(ABC):
     def moves_positions(self) -> bool:
         """Whether the layer maps positions to other positions otherwise than by windows
         (``Index``, ``ImageResize``, ``DotGeneral``, ``ConvTranspose``, ``Aggregate``):
-        the masks of padded inputs cannot follow it (:meth:`mask_after`)."""
+        the masks of padded inputs follow it only where :meth:`mask_after` says how
+        (``Index``: the mask is indexed alike; ``Aggregate``: a masked node stays masked)."""
         return any(layer.moves_positions for layer in self.sublayers)
 
     def mask_after(self, mask: Tensor) -> Tensor:
         """The mask ``(n, *S')`` of the layer's output for inputs masked as ``mask``
         ``(n, *S)`` (``True``: masked), when the layer changes the spatial shape or moves
-        positions; window layers (``Conv``, ``AvgPool``) override it, the others refuse
-        masked inputs."""
+        positions; window layers (``Conv``, ``AvgPool``), ``Index`` and ``Aggregate``
+        override it, the others refuse masked inputs."""
         raise NtklabValueError(
             f"{type(self).__name__}: masked inputs (mask_constant) are not supported by a "
             "layer that moves positions or changes the spatial shape "
-            f"{tuple(mask.shape[1:])}, other than Conv, AvgPool, SumPool, GlobalAvgPool and "
-            "Flatten; got one"
+            f"{tuple(mask.shape[1:])}, other than Conv, AvgPool, SumPool, GlobalAvgPool, "
+            "Flatten, Index and Aggregate; got one"
         )
 
     @property
@@ -852,7 +856,9 @@ class Architecture:
             positions only). ``Conv`` and
             ``AvgPool`` mask an output position when the input position at the centre of its
             window is masked. Needs an architecture with spatial layers and, in each input,
-            at least one unmasked position.
+            at least one unmasked position. Graphs (:class:`~ntklab.kernels.GraphBatch`) are
+            masked by their features: a masked node is neither read by ``Aggregate`` nor
+            counted by pooling, whatever its adjacency rows and columns hold.
 
         Returns
         -------
@@ -870,10 +876,10 @@ class Architecture:
         torch.Size([4, 4])
         """
         plan = self.plan()
+        if isinstance(x1, GraphBatch) or isinstance(x2, GraphBatch):
+            return self._graph_kernel(x1, x2, plan, max_memory, mask_constant)
         if mask_constant is not None:
             return self._masked_kernel(x1, x2, plan, max_memory, mask_constant)
-        if isinstance(x1, GraphBatch) or isinstance(x2, GraphBatch):
-            return self._graph_kernel(x1, x2, plan, max_memory)
         if not any(layer.spatial_layer for layer in self.layers):
             a, b = check_inputs(x1, x2)
             _check_flat_fits(a, b, max_memory)
@@ -901,12 +907,11 @@ class Architecture:
         in blocks of input pairs (the position masks travel as one more channel)."""
         check_mask_constant(mask_constant)
         spatial_ndim = architecture_spatial_ndim(self.layers)
-        if not any(layer.spatial_layer for layer in self.layers) or isinstance(x1, GraphBatch):
+        if not any(layer.spatial_layer for layer in self.layers):
             raise NtklabValueError(
                 "mask_constant: expected an architecture with spatial layers (Conv, pooling, "
-                "Flatten, GlobalSelfAttention) on sequences (n, C, L) or images "
-                "(n, C, H, W), got "
-                + ("graph inputs" if isinstance(x1, GraphBatch) else "a flat architecture")
+                "Flatten, GlobalSelfAttention, Aggregate) on sequences (n, C, L), images "
+                "(n, C, H, W) or graphs, got a flat architecture"
             )
         if max_memory is not None:
             resolve_max_memory(max_memory)  # the type and sign
@@ -933,9 +938,15 @@ class Architecture:
         return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
 
     def _graph_kernel(
-        self, x1: object, x2: object | None, plan: Plan, max_memory: int | None
+        self,
+        x1: object,
+        x2: object | None,
+        plan: Plan,
+        max_memory: int | None,
+        mask_constant: float | None = None,
     ) -> Kernel:
-        """The kernel of graph inputs (:class:`GraphBatch`), in blocks of graph pairs."""
+        """The kernel of graph inputs (:class:`GraphBatch`), in blocks of graph pairs; with
+        ``mask_constant``, nodes whose features all equal it are masked."""
         for name, x in (("x1", x1), ("x2", x2)):
             if x is not None and not isinstance(x, GraphBatch):
                 raise NtklabTypeError(
@@ -957,14 +968,34 @@ class Architecture:
             )
         channels = g1.shape[1]
         full = plan.carry == "full"
-        # The blocks slice features and adjacency together: one (n, C + N, N) tensor per batch.
-        a = torch.cat([g1.features, g1.adjacency], dim=1)
-        b = None if g2 is None else torch.cat([g2.features, g2.adjacency], dim=1)
+        f1, f2 = g1.features, None if g2 is None else g2.features
+        m1 = m2 = None
+        if mask_constant is not None:
+            check_mask_constant(mask_constant)
+            f1, m1 = masked_input("x1.features", f1, mask_constant)
+            if f2 is not None:
+                f2, m2 = masked_input("x2.features", f2, mask_constant)
+        check_finite("x1.features", f1)
+        if f2 is not None:
+            check_finite("x2.features", f2)
+
+        def joined(f: Tensor, m: Tensor | None, adjacency: Tensor) -> Tensor:
+            # The blocks slice features, node masks and adjacency together: one
+            # (n, C [+ 1] + N, N) tensor per batch.
+            parts = [f] if m is None else [f, m.unsqueeze(1).to(f.dtype)]
+            return torch.cat([*parts, adjacency], dim=1)
+
+        a = joined(f1, m1, g1.adjacency)
+        b = None if g2 is None or f2 is None else joined(f2, m2, g2.adjacency)
+        lead = channels + int(mask_constant is not None)
 
         def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
-            pa, pb = xa[:, channels:], None if xb is None else xb[:, channels:]
+            pa, pb = xa[:, lead:], None if xb is None else xb[:, lead:]
             fb = None if xb is None else xb[:, :channels]
-            return self._kernel(xa[:, :channels], fb, plan, adjacency=(pa, pb))
+            mask = None
+            if mask_constant is not None:
+                mask = (xa[:, channels] > 0.5, None if xb is None else xb[:, channels] > 0.5)
+            return self._kernel(xa[:, :channels], fb, plan, adjacency=(pa, pb), mask=mask)
 
         spatial = peak_spatial_shape(self.layers, tuple(g1.shape[2:]))
         return kernel_in_blocks(compute, a, b, full=full, max_memory=max_memory, spatial=spatial)
@@ -1110,7 +1141,9 @@ class Architecture:
             :class:`~ntklab.kernels.masking.MaskedNetwork`, which zeroes the masked
             positions after every module, averages ``GlobalAvgPool`` over the unmasked
             positions and gives padded keys no attention weight; each branch (``FanOut``,
-            ``parallel``, ``Residual``) carries its own mask. No graph layers.
+            ``parallel``, ``Residual``) carries its own mask. Graph networks take
+            :class:`~ntklab.kernels.GraphBatch` inputs whose masked nodes ``Aggregate``
+            does not read.
 
         Returns
         -------
@@ -1168,12 +1201,12 @@ class Architecture:
             first: Any = modules[0]
             first.check_layout = True  # refuse channels-last inputs, as kernel() does
         net: nn.Module = nn.Sequential(*modules)
-        if graph:
-            net = GraphNetwork(net)  # takes GraphBatch(features, adjacency)
         if mask_constant is not None:
             from .masking import MaskedNetwork
 
             net = MaskedNetwork(net, self.layers, mask_constant)  # type: ignore[arg-type]
+        if graph:
+            net = GraphNetwork(net)  # takes GraphBatch(features, adjacency)
         if zero_output:
             net = AntisymmetricPair(net)
         if alpha != 1.0:

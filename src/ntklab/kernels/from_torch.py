@@ -226,10 +226,10 @@ def from_torch(
         ``nn.Sequential`` (nested) of ``nn.Linear``, ``nn.Conv1d``/``nn.Conv2d`` (groups and
         dilation 1, zero or circular padding), activations (``nn.ReLU``, ``nn.LeakyReLU``,
         ``nn.Tanh``, ``nn.GELU``, ``nn.Sigmoid``, ``nn.SiLU``, ``nn.Softplus``, ``nn.ELU``,
-        ...), ``nn.AvgPool1d/2d`` (``divisor_override=1`` is sum pooling),
-        ``nn.AdaptiveAvgPool1d/2d(1)``, ``nn.ConvTranspose1d/2d`` (groups and dilation 1, no
-        output padding), ``nn.Upsample(size=...)`` (``"nearest-exact"``, ``"linear"``,
-        ``"bilinear"``, ``align_corners=False``),
+        ...), ``nn.Conv3d``, ``nn.AvgPool1d/2d/3d`` (``divisor_override=1`` is sum pooling),
+        ``nn.AdaptiveAvgPool1d/2d/3d(1)``, ``nn.ConvTranspose1d/2d/3d`` (groups and dilation
+        1, no output padding), ``nn.Upsample(size=...)`` (``"nearest-exact"``, ``"linear"``,
+        ``"bilinear"``, ``"trilinear"``, ``align_corners=False``),
         ``nn.Flatten``, ``nn.LayerNorm`` (over the features of ``(n, d)`` inputs, or over
         ``(C, H, W)`` without affine), ``nn.GroupNorm(1, C)``, ``nn.Dropout``,
         ``nn.Identity``, and ntklab's finite modules (residual blocks are
@@ -348,10 +348,13 @@ class _Reader:
             ((ElementwiseActivation,), self._elementwise),
             ((nn.Linear,), self._linear),
             ((nn.Conv1d, nn.Conv2d, nn.Conv3d), self._conv),
-            ((nn.ConvTranspose1d, nn.ConvTranspose2d), self._conv_transpose),
+            ((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d), self._conv_transpose),
             ((nn.Upsample,), self._upsample),
             ((nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d), self._avg_pool),
-            ((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d), self._adaptive_pool),
+            (
+                (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d),
+                self._adaptive_pool,
+            ),
             ((nn.Flatten,), self._flatten),
             ((nn.LayerNorm,), self._layer_norm),
             ((nn.GroupNorm,), self._group_norm),
@@ -536,7 +539,7 @@ class _Reader:
         return [mod.layer], rank - ints
 
     def _conv_transpose(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.ConvTranspose1d) else 2
+        ndim = {nn.ConvTranspose1d: 1, nn.ConvTranspose2d: 2}.get(type(mod), 3)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         if (
             mod.groups != 1
@@ -567,22 +570,37 @@ class _Reader:
         return [conv], ndim
 
     def _upsample(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        methods = {"nearest-exact": "nearest", "linear": "linear", "bilinear": "linear"}
+        methods = {
+            "nearest-exact": "nearest",
+            "linear": "linear",
+            "bilinear": "linear",
+            "trilinear": "linear",
+        }
         if mod.size is None or mod.mode not in methods or mod.align_corners:
             raise _unsupported(
                 mod,
                 path,
-                "only size=... (not scale_factor) with mode 'nearest-exact', 'linear' or "
-                "'bilinear' and align_corners=False is supported (torch's 'nearest' is not "
-                "jax's half-pixel rule: use 'nearest-exact')",
+                "only size=... (not scale_factor: the output shape would depend on the "
+                "input's, which the kernel layers fix) with mode 'nearest-exact', 'linear', "
+                "'bilinear' or 'trilinear' and align_corners=False is supported (torch's "
+                "'nearest' is not jax's half-pixel rule: use 'nearest-exact')",
             )
-        ndim = 1 if mod.mode == "linear" else 2
+        ndim: _Rank = {"linear": 1, "bilinear": 2, "trilinear": 3}.get(mod.mode)
+        if ndim is None:  # nearest-exact: any rank, from the size or the input
+            ndim = len(mod.size) if isinstance(mod.size, tuple | list) else rank
+        if not isinstance(ndim, int) or ndim not in (1, 2, 3):
+            raise _unsupported(
+                mod,
+                path,
+                "an int size with mode 'nearest-exact' needs the rank of its input (1-3 "
+                "spatial dimensions after a convolution or pooling); give size as a tuple",
+            )
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         size = _tuple(mod.size, ndim)
         return [ImageResize(size, methods[mod.mode], antialias=False)], ndim  # type: ignore[arg-type]
 
     def _adaptive_pool(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
-        ndim = 1 if isinstance(mod, nn.AdaptiveAvgPool1d) else 2
+        ndim = {nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2}.get(type(mod), 3)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         if any(s != 1 for s in _tuple(mod.output_size, ndim)):
             raise _unsupported(

@@ -30,14 +30,24 @@ class GraphBatch:
     features : Tensor of shape (n, C, N)
         The features of the ``N`` nodes of each graph, channels first (the nodes are the one
         spatial axis; neural-tangents' ``(n, N, C)`` is ``features.permute(0, 2, 1)``).
-        float32 or float64, finite.
+        float32 or float64. Finite, except for padding: the kernel and the finite network
+        accept entries equal to their ``mask_constant`` (NaN, inf or a number) and refuse
+        other NaN or inf entries.
     adjacency : Tensor of shape (n, N, N)
         ``adjacency[g, i, j]``: the weight of the edge (arc) from node ``i`` to node ``j`` of
         graph ``g`` (0: none), neural-tangents' dense ``pattern`` as is. Aggregation replaces
         each node by the weighted sum of its predecessors, :math:`y_j = \\sum_i A_{ij} x_i`.
-        Any real or boolean dtype; it is converted to the features' dtype and device. Graphs
-        with fewer nodes are padded with nodes of zero features and zero rows and columns
-        (but pooling layers still average over the padded nodes).
+        Any real or boolean dtype, finite; it is converted to the features' dtype and
+        device.
+
+    Notes
+    -----
+    Graphs of different node counts share one ``N`` by padding. Padding nodes whose features
+    all equal a ``mask_constant`` (``arch.kernel(g1, g2, mask_constant=c)``,
+    ``arch.to_torch(..., mask_constant=c)``) are masked: neither read by aggregation nor
+    counted by pooling, whatever their adjacency rows and columns hold, as in
+    neural-tangents. Without ``mask_constant`` padding nodes of zero features are ordinary
+    (isolated) nodes, which pooling layers average over.
 
     Examples
     --------
@@ -95,12 +105,7 @@ class GraphBatch:
         if a.is_complex():
             raise NtklabTypeError(f"adjacency: expected a real or boolean dtype, got {a.dtype}")
         a = a.to(dtype=x.dtype, device=x.device)
-        for name, t in (("features", x), ("adjacency", a)):
-            if not bool(torch.isfinite(t).all()):
-                bad = int((~torch.isfinite(t)).sum())
-                raise NtklabValueError(
-                    f"{name}: expected finite values, got {bad} NaN or inf entries"
-                )
+        check_finite("adjacency", a)
         object.__setattr__(self, "adjacency", a)
 
     @property
@@ -114,6 +119,16 @@ class GraphBatch:
     def __getitem__(self, rows: slice | Tensor) -> GraphBatch:
         """The graphs ``rows`` (a slice or an index tensor), features and adjacency."""
         return GraphBatch(self.features[rows], self.adjacency[rows])
+
+
+def check_finite(name: str, x: Tensor) -> None:
+    """Raise unless every entry of ``x`` is finite."""
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise NtklabValueError(
+            f"{name}: expected finite values, got {bad} NaN or inf entries"
+            + (" (padding needs mask_constant)" if name.endswith("features") else "")
+        )
 
 
 def edges_to_adjacency(edges: Tensor, num_nodes: int) -> Tensor:
@@ -162,7 +177,10 @@ def edges_to_adjacency(edges: Tensor, num_nodes: int) -> Tensor:
 class GraphNetwork(nn.Module):
     """A finite graph neural network: it takes a :class:`GraphBatch`, hands its adjacency
     to the aggregation modules inside ``net`` for the call, and runs ``net`` on the
-    features (``Architecture.to_torch`` builds it for architectures with ``Aggregate``)."""
+    features (``Architecture.to_torch`` builds it for architectures with ``Aggregate``).
+
+    Features must be finite unless ``net`` takes padded inputs (a
+    :class:`~ntklab.kernels.masking.MaskedNetwork`, whose ``takes_padding`` is true)."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -174,6 +192,8 @@ class GraphNetwork(nn.Module):
                 "input: expected a GraphBatch(features, adjacency) (the network aggregates "
                 f"over each graph's adjacency), got {type(input).__name__}"
             )
+        if not getattr(self.net, "takes_padding", False):
+            check_finite("input.features", input.features)
         readers: list[Any] = [m for m in self.net.modules() if getattr(m, "reads_adjacency", False)]
         for m in readers:
             m.adjacency = input.adjacency

@@ -305,7 +305,8 @@ class Parallel(GraphLayer):
             flow = _clone_shared(flow)
         out = []
         for branch, plan, f in zip(self.branches, plans, flow, strict=True):
-            fusable = inplace and _fused.supports(f.pair.cov)
+            # graph inputs carry their adjacency, which the fused kernels do not (as at the top)
+            fusable = inplace and _fused.supports(f.pair.cov) and f.pair.adjacency is None
             result = run_chain(branch, plan, f, inplace=inplace, fusable=fusable)
             if not isinstance(result, Flow):
                 raise NtklabValueError(

@@ -4,8 +4,9 @@
 neural-tangents' ``apply_fn(..., mask_constant=c)`` (arXiv:1912.02803) zeroes the masked
 positions of every layer's input, carries the masks through the layers (``Conv`` and
 ``AvgPool`` mask an output position when the input position at the centre of its window is
-masked), averages ``GlobalAvgPool`` (and ``LayerNorm(axes="all")``) over the unmasked
-positions and gives padded keys no attention weight. :class:`MaskedNetwork` does the same
+masked; ``Aggregate`` keeps the mask of its input, so it reads no masked node), averages
+``GlobalAvgPool`` (and ``LayerNorm(axes="all")``) over the unmasked positions and gives
+padded keys no attention weight. :class:`MaskedNetwork` does the same
 around the modules that ``Architecture.to_torch(..., mask_constant=c)`` builds, inside
 branches too: as on the kernel side (``run_chain``), each branch of
 ``FanOut``/``parallel``/``Residual`` carries its own mask, and a ``FanIn`` layer keeps the
@@ -37,15 +38,14 @@ _FAN_IN = (FanInSum, FanInProd, FanInConcat)
 def check_maskable(layers: Sequence[Layer], where: str = "layers") -> None:
     """Raise unless a finite network of ``layers`` can take masked inputs: a chain whose
     branches are ``FanOut``/``parallel``/``FanIn*``/``Residual`` (their modules carry one
-    mask per branch) and no graph layer."""
+    mask per branch)."""
     for i, layer in enumerate(layers):
         here = f"{where}[{i}]"
-        if layer.reads_adjacency or (
-            layer.sublayers and not isinstance(layer, Parallel | Residual)
-        ):
+        if layer.sublayers and not isinstance(layer, Parallel | Residual):
             raise NtklabValueError(
-                f"mask_constant: expected a chain without graph layers for a finite network "
-                f"on masked inputs, got {type(layer).__name__} at {here}"
+                f"mask_constant: expected a chain whose branches are FanOut/parallel/"
+                f"Residual for a finite network on masked inputs, got {type(layer).__name__} "
+                f"at {here}"
             )
         if isinstance(layer, Parallel):
             for j, branch in enumerate(layer.branches):
@@ -62,8 +62,13 @@ class MaskedNetwork(nn.Module):
     each module the masked positions of the output are zeroed (the mask follows
     :meth:`~ntklab.kernels.Layer.mask_after` when the spatial shape changes, and ends once
     the representation is flat); ``GlobalAvgPool`` and ``LayerNorm(axes="all")`` average over
-    the unmasked positions and self-attention gives masked keys no weight.
+    the unmasked positions and self-attention gives masked keys no weight. For graph
+    networks ``Architecture.to_torch`` wraps it in
+    :class:`~ntklab.kernels.graph_batch.GraphNetwork`, which hands the adjacency to the
+    ``Aggregate`` modules and the features (padded nodes included) to this network.
     """
+
+    takes_padding = True  # GraphNetwork lets the padding (NaN, inf) of its features through
 
     def __init__(self, net: nn.Sequential, layers: Sequence[Layer], mask_constant: float) -> None:
         super().__init__()
@@ -125,11 +130,13 @@ def _masked_layer(layer: Layer, module: Any, x: Values, mask: Masks) -> tuple[Va
 
 def _remask(layer: Layer, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """``x``, the output of ``layer`` on inputs masked as ``mask``, with its masked
-    positions zeroed, and its mask (:meth:`Layer.mask_after` when the spatial shape changed,
-    ``None`` once flat)."""
+    positions zeroed, and its mask (:meth:`Layer.mask_after` when the spatial shape changed
+    or the layer moves positions, ``None`` once flat; a ``Residual`` keeps its input's, as
+    on the kernel side)."""
     if mask is None or x.ndim == 2:
         return x, None
-    if tuple(x.shape[2:]) != tuple(mask.shape[1:]):
+    moves = layer.moves_positions and not layer.sublayers
+    if moves or tuple(x.shape[2:]) != tuple(mask.shape[1:]):
         mask = layer.mask_after(mask)
     return x.masked_fill(mask.unsqueeze(1), 0.0), mask
 

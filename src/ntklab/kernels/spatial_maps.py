@@ -145,9 +145,9 @@ class ImageResize(Layer):
                 f"shape: expected an int or a tuple of ints (the output spatial shape, -1 to "
                 f"keep an axis), got {self.shape!r}"
             )
-        if len(shape) not in (1, 2) or any(s < 1 and s != -1 for s in shape):
+        if len(shape) not in (1, 2, 3) or any(s < 1 and s != -1 for s in shape):
             raise NtklabValueError(
-                "shape: expected 1 or 2 entries (the spatial axes only: the batch and the "
+                "shape: expected 1 to 3 entries (the spatial axes only: the batch and the "
                 f"channels cannot be resized), each a size >= 1 or -1, got {shape!r}"
             )
         if self.method in _REFUSED:
@@ -358,9 +358,10 @@ class Index(Layer):
     -----
     Selecting positions maps the covariance of each pair of positions to itself,
     :math:`K'_{hh'} = K_{\\pi(h) \\pi(h')}`: it runs on the full covariance or on its
-    diagonal. An int index removes a spatial axis (all of them: a flat ``(n, C)``
-    representation); the layers after it act on the remaining axes (``Index(Slice[:, :,
-    0])`` on ``(n, C, H, W)`` images, then 1-D convolutions).
+    diagonal. On padded inputs (``mask_constant``) the mask is indexed alike: a selected
+    masked position stays masked. An int index removes a spatial axis (all of them: a flat
+    ``(n, C)`` representation); the layers after it act on the remaining axes
+    (``Index(Slice[:, :, 0])`` on ``(n, C, H, W)`` images, then 1-D convolutions).
 
     Examples
     --------
@@ -403,6 +404,20 @@ class Index(Layer):
     def drops_spatial_axes(self) -> bool:
         items = self.idx if isinstance(self.idx, tuple) else (self.idx,)
         return any(isinstance(item, int) for item in items)
+
+    def mask_after(self, mask: Tensor) -> Tensor:
+        """The mask indexed as the positions are (neural-tangents' ``mask[idx]``); an input
+        left with masked positions only is refused (its pooled kernel would be 0 / 0)."""
+        out: Tensor = IndexLayer(self)(mask.unsqueeze(1))[:, 0]  # shape: (n, *S')
+        if out.ndim > 1:
+            empty = out.flatten(1).all(dim=1).nonzero().flatten()
+            if len(empty):
+                raise NtklabValueError(
+                    f"Index: expected at least one unmasked position of every input among the "
+                    f"positions {self.idx!r} selects, got {len(empty)} input(s) with masked "
+                    f"positions only (rows {empty[:5].tolist()})"
+                )
+        return out
 
     def _selections(self, sizes: tuple[int, ...]) -> list[int | list[int]]:
         items = index_entries(self.idx, len(sizes) + 2)[2:]
