@@ -12,6 +12,9 @@ whose empirical NTK approaches the analytic one as the width grows (Jacot, Gabri
 # %%
 # The ten lines
 # -------------
+import math
+
+import matplotlib.pyplot as plt
 import torch
 
 import ntklab as nl
@@ -32,11 +35,8 @@ print(f"relative distance, width 1024: {float((theta - k.ntk).norm() / k.ntk.nor
 # Inputs on the unit circle, :math:`x = (\cos a, \sin a)`, and a noisy target
 # :math:`\sin 3a`. Kernel ridge regression with the NTK is the prediction of the infinitely
 # wide network trained to convergence by gradient flow (with a ridge: with weight decay); with
-# the NNGP it is the posterior mean of Bayesian inference with the network's prior.
-import math
-
-import matplotlib.pyplot as plt
-
+# the NNGP it is the posterior mean of Bayesian inference with the network's prior. The
+# ridge, 0.05, is absolute (in the units of the kernel).
 gen = torch.Generator().manual_seed(1)
 a_train = 2 * math.pi * torch.rand(24, generator=gen, dtype=torch.float64)
 a_test = torch.linspace(0, 2 * math.pi, 400, dtype=torch.float64)
