@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from ntklab.errors import NtklabValueError
@@ -127,6 +128,9 @@ def test_run_claim_keeps_the_figures_at_their_saved_size() -> None:
         width, height = figures[0].get_size_inches() * figures[0].dpi
         assert (round(height), round(width)) == image.shape[:2]
         assert figures[0].dpi == FIGURE_DPI
+        figures[0].canvas.draw()  # drawn pixel for pixel: the saved PNG comes back unchanged
+        drawn = np.asarray(figures[0].canvas.buffer_rgba())[..., : image.shape[2]] / 255.0
+        assert np.abs(drawn - image).max() < 2 / 255
     finally:
         for figure in figures:
             plt.close(figure)

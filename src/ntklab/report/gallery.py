@@ -377,6 +377,9 @@ class GalleryRun:
             ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
             ax.imshow(image, interpolation="none")
             ax.set_axis_off()
+            # an invisible title: sphinx-gallery makes the image's alt text from the titles
+            title = f"{self.result.experiment} ({self.result.scale}): {name}"
+            ax.set_title(title, visible=False)
             figures.append(fig)
         return figures
 
