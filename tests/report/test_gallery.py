@@ -135,6 +135,7 @@ def test_run_claim_keeps_the_figures_at_their_saved_size() -> None:
         for figure in figures:
             plt.close(figure)
     assert "SMOKE" in str(run) and "double-descent" in str(run)
+    assert "\n" not in repr(run) and len(repr(run)) < 400  # the images are not printed
 
 
 def _run_script(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:

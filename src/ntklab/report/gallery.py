@@ -33,6 +33,7 @@ from ntklab.errors import NtklabValueError
 from ntklab.experiments.base import REQUIRED_SCALES, Experiment, Metric
 from ntklab.experiments.result import RunResult
 
+from .._repr import short_repr
 from ._format import dataset_text
 from .claims import COMMITTED_SCALES, claim_rows, duration_text, not_run_text, number_text
 
@@ -170,6 +171,7 @@ def _result_rows(experiment: Experiment) -> list[tuple[str, Any]]:
     return rows
 
 
+@short_repr
 @dataclass(frozen=True)
 class ClaimTable:
     """A claim with the paper's reported figure beside its committed quick and paper results.
@@ -313,6 +315,7 @@ def claim_table(name: str | Experiment, results_root: Path | str | None = None) 
 # --- the experiment at a small scale ----------------------------------------------------
 
 
+@short_repr
 @dataclass(frozen=True)
 class GalleryRun:
     """A run of an experiment made for the gallery, with its figures held in memory.
