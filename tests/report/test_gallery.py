@@ -14,6 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import get_experiment, list_experiments
@@ -147,7 +148,8 @@ def _run_script(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(sys, "argv", [str(path)])
     plt.close("all")
     code = compile(path.read_text(), str(path), "exec")
-    exec(code, {"__name__": "__main__"})
+    with torch.random.fork_rng(devices=[]):  # the script seeds torch's global generator
+        exec(code, {"__name__": "__main__"})
     figures = plt.get_fignums()
     plt.close("all")
     return figures
