@@ -172,3 +172,15 @@ def test_a_claim_page_runs_from_its_folder_and_needs_the_results(
     monkeypatch.setattr(sys, "argv", [str(copy)])
     with pytest.raises(NtklabValueError, match="results"):
         runpy.run_path(str(copy), run_name="__main__")
+
+
+def test_every_registered_claim_has_its_page() -> None:
+    pages = {path: path.read_text() for path in (EXAMPLES / "claims").glob("plot_*.py")}
+    for experiment in list_experiments():
+        found = [p for p, text in pages.items() if f'claim_table("{experiment.name}")' in text]
+        assert len(found) == 1, (experiment.name, found)
+        text = pages.pop(found[0])
+        assert f'run_claim("{experiment.name}")' in text
+        title = text.split('"""', 2)[1].strip().splitlines()[0]
+        assert title.startswith(f"{experiment.claim_id}: "), (experiment.name, title)
+    assert not pages, f"pages of no registered experiment: {sorted(p.name for p in pages)}"
