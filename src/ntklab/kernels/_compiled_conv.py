@@ -42,10 +42,10 @@ of any size reuse it). The first call of a configuration pays the compile (secon
 minute; inductor caches its code on disk, ``TORCHINDUCTOR_CACHE_DIR``). When compiling or
 running the compiled step fails (no Triton, no C++ compiler, an unsupported operation), a
 :class:`RuntimeWarning` names the reason, the eager path computes the result, and the
-compiled step is not tried again in this process. Peak memory per block of pairs is about six
-pair tensors (two inputs, two outputs, the intermediate window sums), against the four that
-``max_memory`` planning assumes with its padding slack; ``benchmarks/device_check.py``
-measures it on a GPU.
+compiled step is not tried again in this process. Peak memory per block of pairs is about the
+eager path's (inputs, outputs and the intermediate window sums of both kernels), within what
+``max_memory`` planning assumes (measured on the CPU; ``benchmarks/device_check.py`` measures
+it on a GPU).
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def _fail(err: BaseException) -> None:
             f"recursion computes this and later kernels in this process (set {_ENV}=0 to skip "
             "the attempt)",
             RuntimeWarning,
-            stacklevel=5,  # Architecture.kernel's caller
+            stacklevel=5,  # out of the engine
         )
     logger.debug("compiled convolution step failed", exc_info=err)
 
