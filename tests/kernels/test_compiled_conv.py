@@ -159,6 +159,27 @@ def test_step_function_trailing_conv_and_float32(
     _assert_matches(got, _eager(monkeypatch, arch, x1, x2), RTOL[dtype], DIAG_RTOL[dtype])
 
 
+def test_step_function_in_branches(monkeypatch: pytest.MonkeyPatch, uncompiled: list[int]) -> None:
+    """Runs inside the branches of ``parallel`` take the step too (and still equal eager)."""
+    from ntklab.kernels import FanInSum, FanOut, Identity, parallel
+
+    conv = Conv(filter_shape=(3, 3), w_std=1.3, b_std=0.1)
+    arch = nl.serial(
+        conv,
+        nl.Relu(),
+        FanOut(2),
+        parallel(nl.serial(conv, nl.Relu(), conv), Identity()),
+        FanInSum(),
+        nl.Relu(),
+        GlobalAvgPool(),
+        nl.Dense(w_std=1.1),
+    )
+    x1, x2 = _images(3, (5, 5), 13), _images(2, (5, 5), 14)
+    got = arch.kernel(x1, x2)
+    assert len(uncompiled) == 2  # [Conv, Relu] (first run and branch), the branch's last Conv
+    _assert_matches(got, _eager(monkeypatch, arch, x1, x2), RTOL[F64], DIAG_RTOL[F64])
+
+
 def test_blocks_of_pairs_reuse_one_step(
     monkeypatch: pytest.MonkeyPatch, uncompiled: list[int]
 ) -> None:
