@@ -44,3 +44,44 @@ def test_kernel_array_image_errors() -> None:
         kernel_array(nl.serial(nl.Dense(), nl.Relu(), nl.Dense()), x)
     with pytest.raises(NtklabValueError, match=r"x2: expected the channels and spatial shape"):
         kernel_array(CNN2, x, torch.randn(2, 2, 5, 5, dtype=F64))
+
+
+CNTK_GAP = nl.serial(
+    Conv(filter_shape=(3, 3), w_std=1.4, b_std=0.1),
+    nl.Relu(),
+    Conv(filter_shape=(3, 3), w_std=1.3, b_std=0.2),
+    nl.Relu(),
+    GlobalAvgPool(),
+    nl.Dense(w_std=1.1, b_std=0.05),
+)
+
+
+def test_exact_cntk_over_threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact CNTK with global average pooling, tile by tile on a threaded scheduler,
+    equals ``arch.kernel`` on all images at once, with and without ``x2``; for ``K(x, x)``
+    only the tiles on and above the diagonal are computed and the result is symmetric."""
+    gen = torch.Generator().manual_seed(3)
+    x1 = torch.randn(7, 2, 5, 5, dtype=F64, generator=gen)
+    x2 = torch.randn(4, 2, 5, 5, dtype=F64, generator=gen)
+    calls: list[int] = []
+    real = nl.kernels.Architecture.kernel
+
+    def counted(self: nl.Architecture, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    for b in (None, x2):
+        ref = CNTK_GAP.kernel(x1, b)
+        for get in ("ntk", "nngp"):
+            k = kernel_array(CNTK_GAP, x1, b, get=get, chunk=3)
+            with monkeypatch.context() as m:
+                m.setattr(nl.kernels.Architecture, "kernel", counted)
+                calls.clear()
+                got = torch.from_numpy(k.compute(scheduler="threads", num_workers=2))
+            want = getattr(ref, get)
+            assert got.shape == want.shape
+            assert_close(got, want, rtol=1e-10, atol=1e-10 * float(want.abs().max()))
+            # three row blocks of x1: 6 tiles (upper triangle) for K(x, x), 3 x 2 with x2
+            assert len(calls) == 6
+            if b is None:
+                assert torch.equal(got, got.T)

@@ -3,8 +3,10 @@
 A kernel matrix :math:`K_{ij} = k(x^{(1)}_i, x^{(2)}_j)` of an
 :class:`~ntklab.kernels.Architecture` is split into square tiles of ``chunk x chunk`` entries;
 each tile is one call of ``arch.kernel`` on two row blocks of the inputs, so memory per tile
-is bounded by the chunk size and never by ``n1 * n2``. The chunk is the largest (at most
-:data:`DEFAULT_CHUNK`) whose tile fits ``max_memory`` (default: the policy of
+is bounded by the chunk size and never by ``n1 * n2`` (for ``K(x, x)`` only the tiles on and
+above the diagonal are computed). Images go through the same recursion as in ``arch.kernel``
+(the exact CNTK, its fused kernels included), one tile per task. The chunk is the largest (at
+most :data:`DEFAULT_CHUNK`) whose tile fits ``max_memory`` (default: the policy of
 :mod:`ntklab.memory`), and a given chunk whose tile does not fit is refused before any tile
 is computed. The tiles form a lazy :class:`dask.array.Array`; :func:`kernel_to_zarr` streams
 them into a zarr array on disk.
@@ -12,12 +14,14 @@ them into a zarr array on disk.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -98,12 +102,32 @@ def _resolve_chunk(
 
 
 def _kernel_block(a: Any, b: Any, *, arch: Architecture, get: Get, device: str) -> Any:
-    """One tile: ``arch.kernel`` between two row blocks (numpy in, numpy out, on ``device``)."""
+    """One tile: ``arch.kernel`` between two row blocks (numpy in, numpy out, on ``device``);
+    ``b=None``: the block with itself (a symmetric tile)."""
     with torch.no_grad():
         ta = torch.from_numpy(a).to(device)
-        tb = torch.from_numpy(b).to(device)
+        tb = None if b is None else torch.from_numpy(b).to(device)
         block = getattr(arch.kernel(ta, tb), get)  # shape: (len(a), len(b))
         return block.cpu().numpy()
+
+
+def _symmetric_tiles(rows: Any, tile: Callable[..., Any], name: str, dtype: Any) -> Any:
+    """The tiles ``(I, J)`` of ``K(x, x)`` over the row blocks ``rows`` (a Dask array chunked
+    along its first axis only): ``tile(x[I], x[J])`` for ``I < J``, ``tile(x[I], None)`` on
+    the diagonal, and the transpose of tile ``(J, I)`` below it."""
+    da = require("dask.array")
+    graph_module = require("dask.highlevelgraph")
+    blocks = list(rows.__dask_keys__())  # nested one level per axis: one key per row block
+    while blocks and isinstance(blocks[0], list):
+        blocks = [k for sub in blocks for k in sub]
+    tasks: dict[tuple[Any, ...], Any] = {}
+    for i, block_i in enumerate(blocks):
+        tasks[(name, i, i)] = (tile, block_i, None)
+        for j in range(i + 1, len(blocks)):
+            tasks[(name, i, j)] = (tile, block_i, blocks[j])
+            tasks[(name, j, i)] = (np.transpose, (name, i, j))
+    graph = graph_module.HighLevelGraph.from_collections(name, tasks, dependencies=[rows])
+    return da.Array(graph, name, chunks=(rows.chunks[0], rows.chunks[0]), dtype=dtype)
 
 
 def kernel_array(
@@ -125,7 +149,9 @@ def kernel_array(
         Whatever ``arch.kernel`` takes (:func:`ntklab._inputs.check_kernel_inputs`); tiles
         are blocks of rows (the first axis), each input whole.
     x2 : Tensor of shape (n2, ...) with the trailing shape of ``x1``, optional
-        Defaults to ``x1`` (every tile is computed; symmetry is not exploited).
+        Defaults to ``x1``: then only the tiles on and above the diagonal are computed, the
+        diagonal ones as ``arch.kernel(x1[I])`` (whose diagonal is the per-input recursion,
+        as in ``arch.kernel(x1)``), and those below are their transposes.
     get : {"ntk", "nngp"}
         Which kernel to tile.
     chunk : int, optional
@@ -172,14 +198,16 @@ def kernel_array(
     n = max(a.shape[0], 0 if b is None else b.shape[0])
     shape, dtype = tuple(int(s) for s in a.shape[1:]), a.dtype
     chunk = _resolve_chunk(chunk, n, budget, lambda c: _tile_bytes(arch, get, c, shape, dtype))
-    if b is None:
-        b = a
     device = str(a.device)
     a_np = a.detach().cpu().numpy()
-    b_np = a_np if b is a else b.detach().cpu().numpy()
     # Row blocks along the first axis only; the feature axes (d, or C and S) stay whole.
     A = da.from_array(a_np, chunks=(chunk, *a_np.shape[1:]), name=False)
-    B = A if b_np is a_np else da.from_array(b_np, chunks=(chunk, *b_np.shape[1:]), name=False)
+    if b is None:
+        tile = functools.partial(_kernel_block, arch=arch, get=get, device=device)
+        name = "ntklab-kernel-" + require("dask.base").tokenize(A.name, arch, get, device)
+        return _symmetric_tiles(A, tile, name, a_np.dtype)
+    b_np = b.detach().cpu().numpy()
+    B = da.from_array(b_np, chunks=(chunk, *b_np.shape[1:]), name=False)
     features = "klmn"[: a_np.ndim - 1]  # contracted: each tile sees whole inputs
     with warnings.catch_warnings():
         # n1/chunk x n2/chunk tiles from n1/chunk + n2/chunk row blocks: the growth is the point

@@ -19,7 +19,8 @@ What this module owns, and the layer rooms do not:
 - **Blocking** over input pairs under ``max_memory`` (:func:`kernel_in_blocks`).
 - **Dispatch** of runs of ``[Relu, Dense]`` on flat CPU inputs to the fused backend
   (:mod:`ntklab.kernels._fused`), and of runs of ``[Conv, Relu]`` on CPU images to the fused
-  convolution backend (:mod:`ntklab.kernels._fused_conv`).
+  convolution backend (:mod:`ntklab.kernels._fused_conv`), on CUDA images to the compiled
+  step (:mod:`ntklab.kernels._compiled_conv`).
 
 Each layer family (dense, activations, convolution, pooling, normalization, dropout, graphs)
 lives in its own module with its kernel rule and its finite module side by side; they import
@@ -47,7 +48,7 @@ from .._checks import (
 )
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
-from . import _fused, _fused_conv
+from . import _compiled_conv, _fused, _fused_conv
 from .covariance import (
     apply_mask,
     next_diagonal,
@@ -155,25 +156,37 @@ def plan_chain(layers: Sequence[Layer], keep_full_at_end: bool) -> Plan:
 
 
 def run_chain(
-    layers: Sequence[Layer], plan: Plan, flow: Flows, *, inplace: bool, fusable: bool
+    layers: Sequence[Layer],
+    plan: Plan,
+    flow: Flows,
+    *,
+    inplace: bool,
+    fusable: bool,
+    compiled: bool = False,
 ) -> Flows:
     """Propagate ``flow`` through ``layers`` as ``plan`` says.
 
     ``fusable``: runs of ``[Relu, Dense]`` on flat states may take the fused CPU kernel
     (which works in place), and runs of ``[Conv, Relu]`` on image states the fused
-    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows); never for
-    masked inputs (:attr:`KernelState.mask`), whose masks the fused kernels do not carry.
+    convolution kernel (with the ``GlobalAvgPool`` or ``Flatten`` that follows).
+    ``compiled``: runs of ``[Conv, Relu]`` take the compiled step first
+    (:mod:`ntklab.kernels._compiled_conv`, on CUDA inputs). Neither for masked inputs
+    (:attr:`KernelState.mask`), whose masks the fused kernels do not carry.
     """
     i = 0
     layers = tuple(layers)
     # the fused kernels do not carry masks: masked inputs run eager (in branches too)
     fusable = fusable and flow_masks(flow) is None
+    compiled = compiled and flow_masks(flow) is None
     while i < len(layers):
-        if fusable and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
+        if (fusable or compiled) and isinstance(flow, Flow) and flow.pair.spatial_ndim > 0:
             length = _fused_conv.run_length(layers, i)
             if length:
                 top = layers[i + length] if i + length < len(layers) else None
-                conv_done = _fused_conv.propagate_run(layers[i : i + length], flow, top)
+                run = layers[i : i + length]
+                conv_done = _compiled_conv.propagate_run(run, flow, top) if compiled else None
+                if conv_done is None and fusable:
+                    conv_done = _fused_conv.propagate_run(run, flow, top)
                 if conv_done is not None:
                     flow, used_top = conv_done
                     i += length + int(used_top)
@@ -1015,17 +1028,21 @@ class Architecture:
             and (a.requires_grad or (b is not None and b.requires_grad) or self._requires_grad())
         )
         fusable = inplace and _fused.supports(a)
+        compiled = False
         if a.ndim > 2:
-            # graphs carry their adjacency, which the fused convolution kernel does not
+            # graphs carry their adjacency, which the fused convolution kernels do not
             # (and masked inputs their masks)
             fusable = fusable and adjacency is None and mask is None
-            lazy = fusable and _fused_conv.run_length(self.layers, 0) > 0
+            compiled = inplace and adjacency is None and mask is None and _compiled_conv.enabled(a)
+            lazy = fusable and not compiled and _fused_conv.run_length(self.layers, 0) > 0
             full = plan.carry == "full"
             start = image_input_flow(a, b, full=full, lazy=lazy, adjacency=adjacency)
             flow: Flows = start if mask is None else with_masks(start, *mask)
         else:
             flow = flat_input_flow(a, b, fusable=fusable)
-        flow = run_chain(self.layers, plan, flow, inplace=inplace, fusable=fusable)
+        flow = run_chain(
+            self.layers, plan, flow, inplace=inplace, fusable=fusable, compiled=compiled
+        )
         if not isinstance(flow, Flow):
             raise NtklabValueError(
                 f"layers: expected an architecture with one output, got {len(flow)} branches "

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .._checks import check_positive_int
 from ..errors import NtklabTypeError, NtklabValueError
-from . import _fused
+from . import _compiled_conv, _fused
 from .activations import Identity
 from .covariance import self_variances
 from .engine import (
@@ -306,8 +306,10 @@ class Parallel(GraphLayer):
         out = []
         for branch, plan, f in zip(self.branches, plans, flow, strict=True):
             # graph inputs carry their adjacency, which the fused kernels do not (as at the top)
-            fusable = inplace and _fused.supports(f.pair.cov) and f.pair.adjacency is None
-            result = run_chain(branch, plan, f, inplace=inplace, fusable=fusable)
+            plain = inplace and f.pair.adjacency is None
+            fusable = plain and _fused.supports(f.pair.cov)
+            compiled = plain and _compiled_conv.enabled(f.pair.cov)
+            result = run_chain(branch, plan, f, inplace=inplace, fusable=fusable, compiled=compiled)
             if not isinstance(result, Flow):
                 raise NtklabValueError(
                     f"parallel: expected each branch to end with one output, got "
