@@ -56,7 +56,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
     "sphinx.ext.intersphinx",
-    "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
     "sphinx-mathjax-offline",  # MathJax 3 copied into _static: pages render math offline
@@ -123,6 +122,9 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "write_computation_times": False,
     "plot_gallery": "True",
+    # sphinx-gallery skips an example whose source has not changed since its last run;
+    # NTKLAB_GALLERY_RERUN=1 (the build test) runs every example again.
+    "run_stale_examples": os.environ.get("NTKLAB_GALLERY_RERUN") == "1",
 }
 _generate.write_gallery_page(HERE / "gallery.rst", sphinx_gallery_conf["gallery_dirs"])
 
