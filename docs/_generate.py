@@ -110,8 +110,7 @@ def api_page(module_name: str, homes: dict[int, str]) -> str:
     """The reST source of one module's API page."""
     module = importlib.import_module(module_name)
     parts = [
-        f".. This page is written by docs/_generate.py from {module_name}.__all__; "
-        "do not edit.\n",
+        f".. This page is written by docs/_generate.py from {module_name}.__all__; do not edit.\n",
         _heading(f"``{module_name}``", "="),
         f".. automodule:: {module_name}\n   :no-members:\n",
         f".. currentmodule:: {module_name}\n",
@@ -155,12 +154,7 @@ def write_api_pages(folder: Path) -> list[str]:
 
 
 def _literal(value: Any) -> str:
-    if isinstance(value, float):
-        text = repr(value)
-    elif isinstance(value, str):
-        text = repr(value)
-    else:
-        text = _short_repr(value, 200)
+    text = repr(value) if isinstance(value, float | str) else _short_repr(value, 200)
     return f"``{text}``" if text else ""
 
 
@@ -206,7 +200,8 @@ def settings_page() -> str:
             f"**Criterion** (judged at {judged}; each run records it as applied to its grid). "
             f"{_escape(_cell(experiment.criterion))}\n"
         )
-        out.append(f"**Runs on** {where}; {precision}. **Data:** {_escape(_cell(experiment.dataset))}.\n")
+        dataset = _escape(_cell(experiment.dataset))
+        out.append(f"**Runs on** {where}; {precision}. **Data:** {dataset}.\n")
         if experiment.paper_scale_cost:
             out.append(f"**Paper scale cost.** {_escape(_cell(experiment.paper_scale_cost))}\n")
         values = {scale: dict(resolve_config(experiment, scale)) for scale in experiment.scales}

@@ -34,7 +34,7 @@ import ntklab  # noqa: E402
 
 project = "ntklab"
 author = "The ntklab developers"
-copyright = "The ntklab developers"  # noqa: A001
+copyright = "The ntklab developers"
 release = ntklab.__version__
 version = ".".join(release.split(".")[:2])
 

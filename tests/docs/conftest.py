@@ -35,15 +35,27 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html",
-         "-d", str(doctrees), str(DOCS), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-b",
+            "html",
+            "-d",
+            str(doctrees),
+            str(DOCS),
+            str(out),
+        ],
         capture_output=True,
         text=True,
         env=env,
     )
     elapsed = time.perf_counter() - start
     assert done.returncode == 0, (
-        f"the docs build failed after {elapsed:.0f} s:\n{done.stderr[-6000:]}\n{done.stdout[-2000:]}"
+        f"the docs build failed after {elapsed:.0f} s:\n"
+        f"{done.stderr[-6000:]}\n{done.stdout[-2000:]}"
     )
     (base / "build_seconds.txt").write_text(f"{elapsed:.1f}\n")
     return out

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _rst_snippets import guide_snippets  # noqa: E402
+from _rst_snippets import guide_snippets
 
 SNIPPETS = guide_snippets()
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _links import broken_links  # noqa: E402
+from _links import broken_links
 
 
 def _site(tmp_path: Path) -> Path:

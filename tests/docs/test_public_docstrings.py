@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
-import _public_api as public  # noqa: E402
+import _public_api as public
 
 
 def test_every_public_name_has_a_docstring() -> None:
@@ -24,8 +24,15 @@ def test_every_public_name_has_a_docstring() -> None:
 
 def test_the_walk_covers_the_top_level_and_every_public_subpackage() -> None:
     modules = public.public_modules()
-    for name in ("ntklab", "ntklab.kernels", "ntklab.empirical", "ntklab.dynamics",
-                 "ntklab.solvers", "ntklab.experiments", "ntklab.predict"):
+    for name in (
+        "ntklab",
+        "ntklab.kernels",
+        "ntklab.empirical",
+        "ntklab.dynamics",
+        "ntklab.solvers",
+        "ntklab.experiments",
+        "ntklab.predict",
+    ):
         assert name in modules
     assert not any(part.startswith("_") for m in modules for part in m.split("."))
     import ntklab
