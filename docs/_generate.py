@@ -153,9 +153,17 @@ def write_api_pages(folder: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _literal(value: Any) -> str:
-    text = repr(value) if isinstance(value, float | str) else _short_repr(value, 200)
-    return f"``{text}``" if text else ""
+def _value_text(value: Any) -> str:
+    return repr(value) if isinstance(value, float | str) else _short_repr(value, 200)
+
+
+def _value_cell(value: Any, own: bool) -> str:
+    """A config value: in bold when the scale sets it (reST cannot nest a literal in bold,
+    so it is escaped text there), as a literal when it is the default."""
+    text = _value_text(value)
+    if not text:
+        return "—"
+    return f"**{_escape(text)}**" if own else f"``{text}``"
 
 
 def _cell(text: str) -> str:
@@ -180,7 +188,8 @@ def settings_page() -> str:
         "Every key of every experiment's config, read from its pydantic config class and its "
         "scales when these pages were built (``ntklab show NAME`` prints the same). A key is "
         "set on the command line with ``ntklab run NAME --set key=value``; a value at a scale "
-        "in **bold** is the scale's own, the others are the config's default. Constraints are "
+        "in **bold** is the scale's own, the others (in code font) are the config's default. "
+        "Constraints are "
         "checked before anything runs: a value that breaks one is refused in one line "
         "(exit status 2).\n",
     ]
@@ -217,9 +226,8 @@ def settings_page() -> str:
                 constraints = f"{spec.description} {constraints}".strip()
             cells.append(_escape(_cell(constraints)))
             for scale in scales:
-                literal = _literal(values[scale].get(spec.key))
                 own = spec.key in experiment.scales[scale]
-                cells.append(f"**{literal}**" if own and literal else literal or "—")
+                cells.append(_value_cell(values[scale].get(spec.key), own))
             out.append("   * - " + "\n     - ".join(cells))
         out.append("")
         checks = config_checks(config_type)

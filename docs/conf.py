@@ -65,6 +65,7 @@ templates_path: list[str] = []
 exclude_patterns = ["_build", "**/README.rst", "api/generated/README.rst"]
 root_doc = "index"
 default_role = "code"
+smartquotes = False  # quotes in values and code-like text stay as typed
 nitpicky = False
 suppress_warnings: list[str] = []
 

@@ -89,7 +89,11 @@ def test_every_example_has_its_page(built_site: Path) -> None:
 
 
 def test_every_experiment_setting_is_listed(built_site: Path) -> None:
-    from ntklab.experiments import list_experiments
+    import html
+
+    import _generate
+
+    from ntklab.experiments import list_experiments, resolve_config
 
     page = (built_site / "guide" / "generated" / "settings.html").read_text(encoding="utf-8")
     for experiment in list_experiments():
@@ -97,3 +101,8 @@ def test_every_experiment_setting_is_listed(built_site: Path) -> None:
         section = page[start : page.find('<section id="', start + 30)]
         for key in experiment.config_type.model_fields:
             assert f'<span class="pre">{key}</span>' in section, (experiment.name, key)
+        for scale, overrides in experiment.scales.items():
+            config = dict(resolve_config(experiment, scale))
+            for key in overrides:  # the scale's own values, in bold
+                shown = html.escape(_generate._value_text(config[key]), quote=False)
+                assert f"<strong>{shown}</strong>" in section, (experiment.name, scale, key)
