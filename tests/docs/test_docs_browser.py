@@ -50,16 +50,29 @@ def browser() -> Iterator[object]:
 
 _STATE = """
 const done = arguments[arguments.length - 1];
+const errors = [];
+const count = () => [document.querySelectorAll('.math').length,
+                     document.querySelectorAll('mjx-container').length];
 const report = () => {
-  const math = document.querySelectorAll('.math').length;
-  const typeset = document.querySelectorAll('mjx-container').length;
+  const [math, typeset] = count();
   const images = Array.from(document.images).map(i => [i.currentSrc, i.complete, i.naturalWidth]);
   const requests = performance.getEntriesByType('resource').map(r => r.name);
-  done({math, typeset, images, requests, errors: window.__errors || []});
+  done({math, typeset, images, requests, errors});
 };
-if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-  MathJax.startup.promise.then(report, e => { window.__errors = [String(e)]; report(); });
-} else { setTimeout(report, 0); }
+// MathJax typesets after it has loaded its components; its startup promise is replaced once
+// the page is ready, so wait on whichever promise is current until every math node is
+// typeset, or 30 s have passed (then the count says what is missing).
+const started = Date.now();
+const wait = () => {
+  const [math, typeset] = count();
+  const promise = (window.MathJax && MathJax.startup && MathJax.startup.promise) || null;
+  const limit = promise ? 30000 : 5000;  // no MathJax at all: its script did not load
+  if (typeset >= math || Date.now() - started > limit) { report(); return; }
+  const again = () => setTimeout(wait, 100);
+  if (promise) { promise.then(again, e => { errors.push(String(e)); report(); }); }
+  else { again(); }
+};
+wait();
 """
 
 
