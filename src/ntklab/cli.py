@@ -55,6 +55,8 @@ _BAD_VERDICTS = frozenset({"FAIL", "ERROR"})
 #: Width of the output when it is not a terminal: wide enough that no table is cut.
 _PIPE_WIDTH = 100_000
 
+#: The ``ntklab`` command line (a :class:`typer.Typer`): ``list``, ``show``, ``run``,
+#: ``reproduce``, ``table`` and ``report``; :func:`main` runs it.
 app = typer.Typer(
     name="ntklab",
     help="Reproducible experiments on Neural Tangent Kernel theory.",

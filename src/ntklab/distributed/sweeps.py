@@ -43,6 +43,7 @@ __all__ = [
 
 logger = logging.getLogger("ntklab")
 
+#: Seconds :func:`connect` waits for a scheduler given by address to answer.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _PLUGIN_NAME = "ntklab-torch-threads"
 

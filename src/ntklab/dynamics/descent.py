@@ -47,6 +47,8 @@ __all__ = [
     "loss_normalizer",
 ]
 
+#: How the squared loss is normalized: ``"mean"`` divides the sum of squares by
+#: ``N = y.numel()`` (neural-tangents' convention), ``"sum"`` by 1.
 Normalization = Literal["mean", "sum"]
 Kind = Literal["flow", "gd"]
 

@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 
 __all__ = ["METHODS", "KernelOutputs", "Method", "ntk", "plan"]
 
+#: How :func:`ntk` computes: structured derivatives of known layers, Jacobian contraction,
+#: NTK-vector products, or ``"auto"``, the least predicted cost (:func:`plan`).
 Method = Literal["auto", "structured", "jacobian", "ntk_vp"]
 #: What :func:`ntk` returns per pair of inputs; ``"pseudo"`` is computed as the ``"trace"``
 #: kernel of the single-output :class:`~.pseudo.PseudoModel`.
@@ -140,6 +142,7 @@ def _methods() -> dict[str, MethodSpec]:
     }
 
 
+#: The methods ``"auto"`` chooses from.
 METHODS: tuple[str, ...] = ("structured", "jacobian", "ntk_vp")
 
 #: Column blocks of a symmetric structured kernel computed in blocks: narrow, so that its

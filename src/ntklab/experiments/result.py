@@ -49,6 +49,8 @@ __all__ = [
     "collect_versions",
 ]
 
+#: The verdict of a run: PASS / FAIL at a judged scale, SMOKE for a run that is not judged
+#: (``tiny``), ERROR when the experiment raised.
 Verdict = Literal["PASS", "FAIL", "ERROR", "SMOKE"]
 VERDICTS: tuple[Verdict, ...] = ("PASS", "FAIL", "ERROR", "SMOKE")
 RESULT_FILE = "result.json"

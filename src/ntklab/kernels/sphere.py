@@ -231,7 +231,7 @@ def legendre_polynomials(t: Tensor, dim: int, degree: int) -> Tensor:
 
     Returns
     -------
-    Tensor of shape (degree + 1, *t.shape)
+    Tensor of shape ``(degree + 1, *t.shape)``
         ``out[k] = P_k^{(d)}(t)``, on ``t``'s dtype and device.
 
     Examples

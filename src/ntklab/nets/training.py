@@ -63,6 +63,7 @@ __all__ = [
     "train",
 ]
 
+#: The training loss of :func:`train`: the squared loss or the hinge loss.
 LossName = Literal["mse", "hinge"]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 """Builds the optimizer from the trainable parameters, e.g.

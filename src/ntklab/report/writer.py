@@ -16,7 +16,9 @@ from .markdown import render_markdown
 
 __all__ = ["HTML_REPORT", "MARKDOWN_REPORT", "write_report"]
 
+#: File name of the Markdown report :func:`write_report` writes in a run folder.
 MARKDOWN_REPORT = "report.md"
+#: File name of the HTML report :func:`write_report` writes in a run folder.
 HTML_REPORT = "report.html"
 
 
