@@ -3,8 +3,8 @@ without a failed request or a JavaScript error, its math is typeset by MathJax, 
 are decoded.
 
 Runs where Chromium, chromedriver and selenium are installed (Debian: ``apt-get install
-chromium chromium-driver``; ``pip install ".[docs]"``) and is skipped elsewhere. Marked slow
-with the build it needs.
+chromium chromium-driver``; ``pip install ".[docs]"``) and is skipped elsewhere. It
+reads the site that ``built_site`` builds once per test session.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 _CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _DRIVER = shutil.which("chromedriver")
