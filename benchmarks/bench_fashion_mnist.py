@@ -31,9 +31,12 @@ larger ``r``), and the predictor is refitted on all ``n`` images with
 
 Sweep: ``--n 100 200 500 1000 2000 5000 10000 20000 60000``; a method stops growing ``n``
 when the predicted time of its next row exceeds ``--budget-s`` (default 1800; features:
-``--feature-budget-s``, default 3600, the issue's hour for the full set): the time of the last row
-times :math:`(n_{next}/n_{last})^p`, ``p`` measured from its last two rows (clamped to
-``[1, 3]``), or ``p = 2`` (exact) / ``1`` (features) after one row. Each row: test accuracy,
+``--feature-budget-s``, default 3600, the issue's hour for the full set): the time of the last
+row times :math:`(s_{next}/s_{last})^p`, ``p`` measured from its last two rows (clamped to
+``[1, 3]``), or ``p = 2`` (exact) / ``1`` (features) after one row, with the size :math:`s = n`
+for exact kernels and :math:`s = n + n_{test}` for features (every image, training or test, is
+featurized once); a row's time is its CPU seconds over its threads, the wall time it would take
+alone (its wall time for rows written before CPU time was recorded). Each row: test accuracy,
 chosen ``r``, wall seconds (kernel or features, solve, total), the process's CPU seconds over
 all its threads (``CPU s``: on a machine shared with other work the wall time grows while the
 CPU time does not; CPU s / threads is the wall time the row would take alone), peak resident
@@ -259,9 +262,17 @@ def run_row(method: Method, n: int, train: Dataset, test: Dataset, seed: int) ->
     }
 
 
+def row_seconds(row: dict[str, Any]) -> float:
+    """The row's time for the budget rule: CPU seconds over its threads (what it takes alone,
+    however loaded the machine was), or its wall seconds where CPU time was not recorded."""
+    if "cpu_s" in row:
+        return float(row["cpu_s"]) / max(1, int(row["threads"]))
+    return float(row["total_s"])
+
+
 def predict_seconds(done: list[tuple[int, float]], n_next: int, exact: bool) -> float:
-    """Predicted time at ``n_next`` from the measured ``(n, seconds)`` rows (module docstring);
-    0 without any row."""
+    """Predicted time at size ``n_next`` from the measured ``(size, seconds)`` rows (module
+    docstring: the size is n for exact kernels, n + n_test for features); 0 without any row."""
     if not done:
         return 0.0
     (n1, t1), (n2, t2) = (done[-2] if len(done) > 1 else (0, 0.0)), done[-1]
@@ -308,18 +319,19 @@ def sweep(
         done: list[tuple[int, float]] = []
         for n in sorted(n for n in ns if n <= len(train)):
             key = (method.name, n, len(test), method.num_features, method.depth, seed)
+            size = n if method.exact else n + len(test)
             old = [r for r in rows if row_key(r) == key]
             if old:
                 log(f"{method.name} n={n}: already in the JSON, skipped")
-                done.append((n, old[0]["total_s"]))
+                done.append((size, row_seconds(old[0])))
                 continue
-            guess = predict_seconds(done, n, method.exact)
+            guess = predict_seconds(done, size, method.exact)
             if guess > budget:
                 log(f"{method.name}: stops before n={n} (predicted {guess:.0f} s > budget)")
                 break
             row = run_row(method, n, train, test, seed)
             rows.append(row)
-            done.append((n, row["total_s"]))
+            done.append((size, row_seconds(row)))
             log(format_row(row))
             if json_path is not None:
                 write_json(json_path, {"rows": rows})

@@ -155,6 +155,19 @@ def test_budget_rule_stops_growth(
     bench.sweep([feats], [10, 20, 40], train, lambda m: test, budget_s=0.5,
                 feature_budget_s=3.5, log=str)  # fmt: skip
     assert calls == [10, 20]  # 40: 4 * (40 / 20) ** 2 = 16 s predicted
+    # features grow with n + n_test: one row at n = 10 (1 s) predicts (40 + m) / (10 + m) s
+    calls.clear()
+    m = len(test)
+    bench.sweep([feats], [10, 40], train, lambda _: test, budget_s=0.5,
+                feature_budget_s=(40 + m) / (10 + m) + 1e-9, log=str)  # fmt: skip
+    assert calls == [10, 40] and times[10] == 1.0 and m > 0
+    calls.clear()
+    bench.sweep([feats], [10, 40], train, lambda _: test, budget_s=0.5,
+                feature_budget_s=(40 + m) / (10 + m) - 1e-9, log=str)  # fmt: skip
+    assert calls == [10]
+    # the budget reads CPU seconds over threads where a row has them, wall seconds otherwise
+    assert bench.row_seconds({"cpu_s": 10.0, "threads": 2, "total_s": 99.0}) == 5.0
+    assert bench.row_seconds({"threads": 2, "total_s": 99.0}) == 99.0
     assert bench.predict_seconds([(10, 1.0), (20, 4.0), (40, 16.0)], 80, True) == 64.0
     # one row: exponent 2 (exact) or 1 (features); the exponent is clamped to [1, 3]
     assert bench.predict_seconds([(10, 3.0)], 20, True) == 12.0
