@@ -14,8 +14,6 @@ import sys
 import zlib
 from pathlib import Path
 
-import pytest
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
