@@ -113,8 +113,10 @@ def test_diagonal_rules_of_stax() -> None:
 
 
 def test_defaults_are_todays_closed_forms_exactly() -> None:
-    """``Erf()``, ``Sin()``, ``Cos()`` give the closed forms of erf, sin, cos bit for bit off the
-    diagonal (the code takes the same operations), and equal the explicit defaults."""
+    """``Erf()``, ``Sin()``, ``Cos()`` give the closed forms of erf, sin, cos off the diagonal to
+    a few ulps (the code takes the same operations; torch's vectorized transcendentals round by
+    one ulp differently on some CPUs: 1.35e-16 relative seen on one), and equal the explicit
+    defaults."""
     v1, v2, cov = PAIRS.unbind(1)
     damp = torch.exp(-(v1 + v2) / 2.0)
     prod = (1.0 + 2.0 * v1) * (1.0 + 2.0 * v2)
@@ -131,8 +133,8 @@ def test_defaults_are_todays_closed_forms_exactly() -> None:
         assert cls() == cls(a=1.0, b=1.0, c=0.0)
         nngp, dot = _dual(cls(), PAIRS)
         want_nngp, want_dot = expected[cls.__name__]
-        assert_close(nngp, want_nngp, rtol=0, atol=0)
-        assert_close(dot, want_dot, rtol=0, atol=0)
+        assert_close(nngp, want_nngp, rtol=1e-15, atol=0)
+        assert_close(dot, want_dot, rtol=1e-15, atol=0)
     x = torch.linspace(-3.0, 3.0, 13, dtype=F64)
     assert torch.equal(nl.Erf().phi(x), torch.erf(x))
     assert torch.equal(nl.Sin().phi(x), torch.sin(x))
