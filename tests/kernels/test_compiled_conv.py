@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 import torch
-from torch import Tensor
+from test_fused_conv import _assert_matches, _eager, _images  # the same eager references
 
 import ntklab as nl
 from ntklab.errors import NtklabValueError
 from ntklab.kernels import AvgPool, Conv, Flatten, GlobalAvgPool, _compiled_conv
-from ntklab.kernels.kernel import Kernel
 
 F32, F64 = torch.float32, torch.float64
 RTOL = {F32: 1e-5, F64: 1e-12}
@@ -59,33 +58,6 @@ def uncompiled(monkeypatch: pytest.MonkeyPatch, built: list[int]) -> list[int]:
 
     monkeypatch.setattr(_compiled_conv, "_compile", plain)
     return built
-
-
-def _eager(
-    monkeypatch: pytest.MonkeyPatch, arch: nl.Architecture, x1: Tensor, x2: Tensor | None
-) -> Kernel:
-    with monkeypatch.context() as m:
-        m.setenv("NTKLAB_DISABLE_FUSED", "1")
-        return arch.kernel(x1, x2)
-
-
-def _assert_matches(got: Kernel, eager: Kernel, rtol: float, diag_rtol: float) -> None:
-    """Off-diagonal entries to ``rtol`` (plus ``rtol`` times the largest entry), the diagonal
-    of a square K(x) and the variances to ``diag_rtol``."""
-    for name in ("nngp", "ntk", "var1", "var2"):
-        a, b = getattr(got, name), getattr(eager, name)
-        assert a.dtype == b.dtype and a.shape == b.shape
-        scale = float(b.abs().max())
-        if name in ("nngp", "ntk"):
-            off = ~torch.eye(*a.shape, dtype=torch.bool)
-            torch.testing.assert_close(a[off], b[off], rtol=rtol, atol=rtol * scale)
-            a, b = a.diagonal(), b.diagonal()
-        torch.testing.assert_close(a, b, rtol=diag_rtol, atol=diag_rtol * scale)
-
-
-def _images(n: int, size: tuple[int, ...], seed: int, dtype: torch.dtype = F64) -> Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 2, *size, dtype=dtype, generator=g)
 
 
 def _top(top: str, ndim: int) -> list[nl.kernels.Layer]:
