@@ -87,6 +87,13 @@ import torch
 
 import ntklab as nl
 from ntklab.data import Dataset, load_fashion_mnist
+from ntklab.report.kernel_benchmark import (
+    COLUMNS,
+    BenchmarkRow,
+    accuracy_figure,
+    markdown_table,
+    row_cells,
+)
 from ntklab.solvers import kernel_operator
 
 RIDGE_GRID = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -342,66 +349,8 @@ def sweep(
 # output
 
 
-COLUMNS = ("method", "depth", "F", "n", "n_test", "r", "acc %")
-COLUMNS += ("kernel s", "total s", "CPU s", "MiB")
-
-
-def cells(row: dict[str, Any]) -> list[str]:
-    return [
-        row["method"],
-        str(row["depth"]),
-        str(row["num_features"] or "exact"),
-        str(row["n"]),
-        str(row["n_test"]),
-        f"{row['ridge_rel']:g}",
-        f"{100 * row['accuracy']:.2f}",
-        f"{row['kernel_s']:.1f}",
-        f"{row['total_s']:.1f}",
-        f"{row['cpu_s']:.0f}" if "cpu_s" in row else "-",
-        f"{row['peak_rss_mib']:.0f}",
-    ]
-
-
 def format_row(row: dict[str, Any]) -> str:
-    return "  ".join(f"{c:>12}" for c in cells(row))
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Accuracy against n and against total seconds, one line per method, depth and feature
-    count (log x axes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-
-    def label(r: dict[str, Any]) -> str:
-        return f"{r['method']} d{r['depth']}" + (
-            f" F{r['num_features']}" if r["num_features"] else ""
-        )
-
-    for name in dict.fromkeys(label(r) for r in rows):
-        mine = sorted((r for r in rows if label(r) == name), key=lambda r: r["n"])
-        acc = [100 * r["accuracy"] for r in mine]
-        axes[0].plot([r["n"] for r in mine], acc, "o-", label=name)
-        axes[1].plot([r["total_s"] for r in mine], acc, "o-", label=name)
-    for ax, label in zip(axes, ("training images n", "wall seconds"), strict=True):
-        ax.set_xscale("log")
-        ax.set_xlabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("test accuracy %")
-    axes[1].legend(fontsize=8)
-    fig.suptitle("Fashion-MNIST, kernel ridge regression")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return "  ".join(f"{c:>12}" for c in row_cells(BenchmarkRow.model_validate(row)))
 
 
 def make_methods(args: argparse.Namespace) -> list[Method]:
@@ -457,10 +406,12 @@ def main() -> None:
         json_path=args.json,
         seed=args.seed,
     )
+    valid = [BenchmarkRow.model_validate(row) for row in rows]
     if args.plot is not None:
-        plot(rows, args.plot)
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        accuracy_figure(valid).savefig(args.plot, dpi=120)
     if args.markdown:
-        print(markdown(rows))
+        print(markdown_table(valid))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from ntklab.data import Dataset, load_fashion_mnist
+from ntklab.errors import NtklabValueError
+from ntklab.report import kernel_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_fashion_mnist.py"
 
@@ -214,13 +216,51 @@ def test_json_is_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_markdown_and_plot(tmp_path: Path) -> None:
+    """The benchmark's --markdown and --plot read its JSON through ntklab.report."""
     row = {
         "method": "mlp-ntk", "n": 10, "n_test": 5, "num_features": 0, "depth": 2, "seed": 0,
         "accuracy": 0.875, "ridge_rel": 0.01, "kernel_s": 1.0, "solve_s": 0.5, "total_s": 1.5,
         "peak_rss_mib": 300.0, "threads": 1,
     }  # fmt: skip
-    table = bench.markdown([row]).splitlines()
-    assert len(table) == 3 and "| mlp-ntk | 2 | exact | 10 | 5 | 0.01 | 87.50 |" in table[2]
+    path = tmp_path / "rows.json"
+    bench.write_json(path, {"rows": [row, {**row, "n": 20, "total_s": 3.0, "cpu_s": 2.5}]})
+    rows = kernel_benchmark.read_rows(path)
+    table = kernel_benchmark.markdown_table(rows).splitlines()
+    assert len(table) == 4
+    assert table[2] == "| mlp-ntk | 2 | exact | 10 | 5 | 0.01 | 87.50 | 1.0 | 1.5 | - | 300 |"
+    assert table[3].endswith("| 3.0 | 2 | 300 |")  # 2.5 CPU-s rounds to even
+    assert bench.format_row(row).split() == kernel_benchmark.row_cells(rows[0])
     pytest.importorskip("matplotlib")
-    bench.plot([row, {**row, "n": 20, "total_s": 3.0}], tmp_path / "fm.png")
+    fig = kernel_benchmark.accuracy_figure(rows)
+    left, right = fig.axes
+    (line,) = left.get_lines()
+    assert list(line.get_xdata()) == [10, 20] and list(line.get_ydata()) == [87.5, 87.5]
+    assert list(right.get_lines()[0].get_xdata()) == [1.5, 3.0]
+    fig.savefig(tmp_path / "fm.png")
     assert (tmp_path / "fm.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("not json", "expected JSON"),
+        ("[1, 2]", "expected an object with a list 'rows'"),
+        ('{"rows": [{"method": "mlp-ntk"}]}', r"rows\[0\]"),
+    ],
+)
+def test_bad_benchmark_json_is_refused(tmp_path: Path, payload: str, message: str) -> None:
+    path = tmp_path / "rows.json"
+    path.write_text(payload)
+    with pytest.raises(NtklabValueError, match=message):
+        kernel_benchmark.read_rows(path)
+    with pytest.raises(NtklabValueError, match="expected the benchmark's JSON file"):
+        kernel_benchmark.read_rows(tmp_path / "missing.json")
+
+
+def test_committed_rows_are_valid() -> None:
+    """The committed results/fashion_mnist.json reads, and accuracies are percentages of
+    whole test images."""
+    rows = kernel_benchmark.read_rows(Path(__file__).parents[1] / "results" / "fashion_mnist.json")
+    assert rows
+    for row in rows:
+        assert abs(row.accuracy * row.n_test - round(row.accuracy * row.n_test)) < 1e-6

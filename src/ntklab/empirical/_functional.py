@@ -7,6 +7,7 @@ held fixed, and the output is flattened to ``(n, k)``. The module itself is neve
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -16,7 +17,24 @@ from torch import Tensor, nn
 
 from ..errors import NtklabTypeError, NtklabValueError
 
-__all__ = ["FunctionalModel", "Outputs", "ParamSelection", "check_batch", "functional_model"]
+__all__ = [
+    "MODULE_CALL_LOCK",
+    "FunctionalModel",
+    "Outputs",
+    "ParamSelection",
+    "check_batch",
+    "functional_model",
+]
+
+#: Held around every call of a module through :class:`FunctionalModel`.
+#: ``torch.func.functional_call`` swaps the module's parameters and buffers for the given
+#: tensors during the call and swaps the originals back after it; two threads calling one
+#: module at once swap each other's tensors back, which leaves the module holding detached
+#: copies of its parameters (``requires_grad=False``). ntklab's own capture passes run in
+#: parallel threads (:mod:`.structured`), and Dask's threaded schedulers or a user's thread
+#: pool may call ntklab on one module too, so the forward passes are serialized; the
+#: backward passes, which read only the autograd graph, are not. Re-entrant.
+MODULE_CALL_LOCK = threading.RLock()
 
 Outputs = Literal["trace", "full", "diagonal"]
 ParamSelection = Mapping[str, Tensor] | Iterable[str] | None
@@ -59,7 +77,8 @@ class FunctionalModel:
 
     def __call__(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
         """Outputs of shape ``(n, k)`` (``k = 1`` for a model returning ``(n,)``)."""
-        out = torch.func.functional_call(self.module, {**self.frozen, **params}, (x,))
+        with MODULE_CALL_LOCK:
+            out = torch.func.functional_call(self.module, {**self.frozen, **params}, (x,))
         if not isinstance(out, Tensor):
             raise NtklabTypeError(
                 f"model: expected forward to return a Tensor, got {type(out).__name__}"
@@ -92,7 +111,9 @@ def functional_model(model: nn.Module, params: ParamSelection = None) -> Functio
     """
     if not isinstance(model, nn.Module):
         raise NtklabTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    named = dict(model.named_parameters())
+    with MODULE_CALL_LOCK:  # not while another thread's call has swapped them
+        named = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
     if not named:
         raise NtklabValueError(
             f"model: expected a module with parameters, got {type(model).__name__} with none"
@@ -126,7 +147,7 @@ def functional_model(model: nn.Module, params: ParamSelection = None) -> Functio
         if not chosen:
             raise NtklabValueError("params: expected at least one parameter name, got none")
     frozen = {n: p.detach() for n, p in named.items() if n not in chosen}
-    frozen.update(dict(model.named_buffers()))
+    frozen.update(buffers)
     dtypes = {p.dtype for p in chosen.values()}
     devices = {p.device for p in chosen.values()}
     if len(dtypes) > 1 or len(devices) > 1:

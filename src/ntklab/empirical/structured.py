@@ -48,8 +48,10 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, Literal
 
 import torch
@@ -455,18 +457,22 @@ def _forward(
     needs = [False] * len(layers)
     owner = {id(fm.params[p]): (p, layer.name) for layer in layers for p in layer.params}
     watch = _Watch(owner)
+    thread = threading.get_ident()  # the hooks see every thread's calls of the modules
     ins: list[list[Tensor]] = [[] for _ in layers]
     outs: list[list[Tensor]] = [[] for _ in layers]
     bad: set[str] = set()
 
     def pre_hook(index: int) -> Callable[[nn.Module, tuple[Any, ...]], None]:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-            watch.inside.append(layers[index].name)
+            if threading.get_ident() == thread:  # not another thread's call of the module
+                watch.inside.append(layers[index].name)
 
         return hook
 
     def post_hook(index: int) -> Callable[[nn.Module, tuple[Any, ...], Any], Any]:
         def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> Any:
+            if threading.get_ident() != thread:
+                return None
             watch.inside.pop()
             u = _layer_input(layers[index], args[0] if args else None, n)
             if u is None or not isinstance(out, Tensor):
@@ -726,6 +732,17 @@ class _Store:
         self.b: Tensor | None = None
         self.h: Tensor | None = None
         self.alpha: Tensor | None = None
+        self._lock = threading.Lock()  # capture passes may run in parallel threads
+
+    def _zeros(self, name: str, shape: Sequence[int], like: Tensor) -> Tensor:
+        """The array ``name``, allocated (zeros of ``shape``, ``like``'s dtype and device)
+        by the first of the threads that need it."""
+        with self._lock:
+            array: Tensor | None = getattr(self, name)
+            if array is None:
+                array = like.new_zeros(tuple(shape))
+                setattr(self, name, array)
+        return array
 
     def put(
         self,
@@ -745,18 +762,16 @@ class _Store:
         if self.path == "pairwise":
             if layer.weight is not None:
                 u = _rows(layer, calls, slice(None))
-                if self.u is None:
-                    self.u = u.new_zeros((n, *u.shape[1:]))
-                self.u[rows] = u
-            if self.g is None:
-                like = next(g for g in cots if g is not None)
-                c, p = like.shape[1], like.shape[2]
-                self.g = like.new_zeros((n, p, k, c) if self.outputs == "trace" else (k, n, p, c))
+                self._zeros("u", (n, *u.shape[1:]), u)[rows] = u
+            like = next(g for g in cots if g is not None)
+            c, p = like.shape[1], like.shape[2]
+            shape = (n, p, k, c) if self.outputs == "trace" else (k, n, p, c)
+            store = self._zeros("g", shape, like)
             for a, g in enumerate(cots):
                 if g is not None and self.outputs == "trace":
-                    self.g[rows, :, a] = g.transpose(1, 2)
+                    store[rows, :, a] = g.transpose(1, 2)
                 elif g is not None:
-                    self.g[a, rows] = g.transpose(1, 2)
+                    store[a, rows] = g.transpose(1, 2)
             return
         like = next(g for g in cots if g is not None)
         c, channels, p = like.shape
@@ -787,44 +802,37 @@ class _Store:
         alpha, h = found
         scale = layer.bias_scale if layer.bias is not None else None
         factors = factored_inputs(h, u if layer.weight is not None else u[..., :0], scale)
-        if self.h is None or self.alpha is None:
-            self.h = factors.new_zeros((self.n, *factors.shape[1:]))
-            self.alpha = alpha.new_zeros((self.n, *alpha.shape[1:]))
-        self.h[rows] = factors
-        self.alpha[rows] = alpha
+        self._zeros("h", (self.n, *factors.shape[1:]), factors)[rows] = factors
+        self._zeros("alpha", (self.n, *alpha.shape[1:]), alpha)[rows] = alpha
 
     def _put_per_example(self, rows: slice, u: Tensor, cots: Cotangents) -> None:
         layer, n, k = self.layer, self.n, self.k
         c, channels = u.shape[0], layer.channels
-        if self.w is None and layer.weight is not None:
-            self.w = u.new_zeros((k, n, channels * layer.width))
-        if self.b is None and layer.bias is not None:
-            self.b = u.new_zeros((k, n, channels))
+        w = None if layer.weight is None else self._zeros("w", (k, n, channels * layer.width), u)
+        b = None if layer.bias is None else self._zeros("b", (k, n, channels), u)
         for a, g in enumerate(cots):
             if g is None:
                 continue
-            if self.w is not None:
-                out = self.w[a, rows].view(c, 1, channels, -1)
+            if w is not None:
+                out = w[a, rows].view(c, 1, channels, -1)
                 per_example_gradients(g.unsqueeze(1), u, out=out)
-            if self.b is not None:
-                torch.sum(g, dim=2, out=self.b[a, rows])
+            if b is not None:
+                torch.sum(g, dim=2, out=b[a, rows])
                 if layer.bias_scale != 1.0:
-                    self.b[a, rows].mul_(layer.bias_scale)
+                    b[a, rows].mul_(layer.bias_scale)
 
     def _put_affine(self, rows: slice, xhat: Tensor, cots: Cotangents) -> None:
         """Scale and shift gradients of a normalization layer (``xhat`` (c, C, P))."""
         layer, n, k = self.layer, self.n, self.k
-        if self.w is None and layer.weight is not None:
-            self.w = xhat.new_zeros((k, n, layer.channels))
-        if self.b is None and layer.bias is not None:
-            self.b = xhat.new_zeros((k, n, layer.channels))
+        w = None if layer.weight is None else self._zeros("w", (k, n, layer.channels), xhat)
+        b = None if layer.bias is None else self._zeros("b", (k, n, layer.channels), xhat)
         for a, g in enumerate(cots):
             if g is None:
                 continue
-            if self.w is not None:
-                self.w[a, rows] = affine_gradients(g.unsqueeze(1), xhat.unsqueeze(3))[:, 0, :, 0]
-            if self.b is not None:
-                torch.sum(g, dim=2, out=self.b[a, rows])
+            if w is not None:
+                w[a, rows] = affine_gradients(g.unsqueeze(1), xhat.unsqueeze(3))[:, 0, :, 0]
+            if b is not None:
+                torch.sum(g, dim=2, out=b[a, rows])
 
 
 @dataclass(frozen=True)
@@ -888,6 +896,42 @@ def _pairwise_shares(store: _Store) -> list[_Pairwise | None]:
     return shares
 
 
+#: Fewest examples per capture pass run in a parallel thread (fewer: one thread).
+_PARALLEL_MIN_EXAMPLES = 8
+
+
+def _capture_workers(x: Tensor, n: int, chunk: int) -> int:
+    """Threads for the capture passes of ``n`` CPU examples: torch's intra-op thread count,
+    if the passes of ``chunk // workers`` examples (the memory of one pass of ``chunk``
+    shared between them) keep at least :data:`_PARALLEL_MIN_EXAMPLES` each and there are
+    examples for two passes per thread; else 1. Capture passes are chains of small
+    per-example products that intra-op threads barely speed up, so whole passes run side
+    by side instead (on a GPU they run one at a time)."""
+    if x.device.type != "cpu":
+        return 1
+    workers = torch.get_num_threads()
+    while workers > 1 and (
+        chunk // workers < _PARALLEL_MIN_EXAMPLES or n < 2 * workers * _PARALLEL_MIN_EXAMPLES
+    ):
+        workers -= 1
+    return workers
+
+
+def _capture_spans(n: int, chunk: int, workers: int) -> list[slice]:
+    """Consecutive spans of the ``n`` examples, one capture pass each: passes of ``chunk``
+    for one worker; else a first pass of :data:`_PARALLEL_MIN_EXAMPLES` (run alone: it
+    chooses the paths) and the rest in passes of at most ``chunk // workers`` examples, as
+    many as a multiple of ``workers`` and of sizes that differ by one at most, so that the
+    threads finish together."""
+    if workers == 1:
+        return [slice(a, min(a + chunk, n)) for a in range(0, n, chunk)]
+    first = _PARALLEL_MIN_EXAMPLES
+    rest = n - first
+    count = workers * -(-rest // (workers * (chunk // workers)))
+    cuts = [first + rest * i // count for i in range(count + 1)]  # sizes differ by one at most
+    return [slice(0, first)] + [slice(a, b) for a, b in pairwise(cuts)]
+
+
 def _batch_factors(
     fm: FunctionalModel,
     layers: Sequence[_Layer],
@@ -912,10 +956,12 @@ def _batch_factors(
     cotangents do not factor, :class:`_UnsplitError` (see :func:`_cotangents`)."""
     n = x.shape[0]
     stores: list[_Store] = []
-    jac: Tensor | None = None
+    jac: list[Tensor] = []  # the fallback Jacobian (k, n, F), once allocated
+    lock = threading.Lock()
     k = 0
-    for start in range(0, n, chunk):
-        rows = slice(start, min(start + chunk, n))
+
+    def capture(rows: slice) -> None:
+        nonlocal paths, stores, k
         fwd = _forward(fm, layers, x[rows], split)
         k = fwd.f.shape[1]
         cots, factorizations = _cotangents(fwd, layers)
@@ -943,11 +989,23 @@ def _batch_factors(
         del fwd, cots
         if fallback:
             part = _fallback_jacobian(fm, fallback, x[rows], chunk).transpose(0, 1)
-            if jac is None:
-                jac = part.new_empty((k, n, part.shape[2]))
-            jac[:, rows] = part
+            with lock:
+                if not jac:
+                    jac.append(part.new_empty((k, n, part.shape[2])))
+            jac[0][:, rows] = part
+
+    workers = _capture_workers(x, n, chunk)
+    spans = _capture_spans(n, chunk, workers)
+    capture(spans[0])  # chooses the paths and allocates the stores
+    if workers == 1:
+        for rows in spans[1:]:
+            capture(rows)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(capture, rows) for rows in spans[1:]]:
+                done.result()
     pairwise: list[_Pairwise | None] = []
-    per_example: list[Tensor | None] = [jac]
+    per_example: list[Tensor | None] = [jac[0] if jac else None]
     factored: list[_Factored | None] = []
     for store in stores:
         if store.path == "pairwise":
