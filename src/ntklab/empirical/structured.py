@@ -1278,7 +1278,10 @@ def ntk_structured(
         inputs (of 512 for a symmetric kernel, whose lower blocks are mirrored), capture
         passes of as many examples as keep their tensors within about
         ``2**27`` elements (measured on ``x1[:1]``). Bounds the memory of the intermediate
-        products; the result is the same.
+        products; the result is the same. On the CPU, with torch's intra-op threads
+        ``T > 1`` and enough examples, the passes after the first run side by side in
+        ``T`` threads, each of at most ``chunk_size // T`` examples, so that together
+        they hold what one pass would.
 
     Returns
     -------
