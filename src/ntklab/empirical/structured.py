@@ -44,6 +44,7 @@ dominate the cost in practice.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import threading
 import weakref
@@ -51,7 +52,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from itertools import pairwise
 from typing import Any, Literal
 
 import torch
@@ -929,7 +929,7 @@ def _capture_spans(n: int, chunk: int, workers: int) -> list[slice]:
     rest = n - first
     count = workers * -(-rest // (workers * (chunk // workers)))
     cuts = [first + rest * i // count for i in range(count + 1)]  # sizes differ by one at most
-    return [slice(0, first)] + [slice(a, b) for a, b in pairwise(cuts)]
+    return [slice(0, first)] + [slice(a, b) for a, b in itertools.pairwise(cuts)]
 
 
 def _batch_factors(
