@@ -15,6 +15,7 @@ from ntklab.report.claims import (
     TABLE_END,
     claims_table,
     commit_result,
+    config_changes,
     read_committed,
     replace_table,
 )
@@ -106,3 +107,21 @@ def test_every_experiment_states_its_paper_scale() -> None:
         assert committed or exp.paper_scale_cost, exp.name
         doc = sys.modules[exp.measure.__module__].__doc__ or ""
         assert "Paper scale" in doc, exp.name
+
+
+def test_a_result_of_another_config_says_what_it_ran_with(tmp_path: Path) -> None:
+    """A committed result made with ``--set`` overrides (or before the scale's config
+    changed) is tabled with the fields it ran with beside the current ones; a result of the
+    current config is not."""
+    exp = _experiment("fake-changed")
+    current = run_experiment(exp, "quick", out_root=tmp_path / "runs")
+    assert config_changes(exp, current) == {}
+    other = run_experiment(exp, "quick", out_root=tmp_path / "runs", overrides={"n": "12"})
+    assert config_changes(exp, other) == {"n": (12, 8)}
+    root = tmp_path / "results"
+    commit_result(other, root)
+    row = next(line for line in claims_table(root, [exp]).splitlines() if "fake-changed" in line)
+    assert "value 12 [11, 13]; **PASS** (ran with n=12 (current: 8))" in row
+    commit_result(current, root)
+    row = next(line for line in claims_table(root, [exp]).splitlines() if "fake-changed" in line)
+    assert "ran with" not in row

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ntklab.errors import NtklabValueError
 from ntklab.experiments.base import Experiment
@@ -33,6 +34,7 @@ __all__ = [
     "claim_rows",
     "claims_table",
     "commit_result",
+    "config_changes",
     "duration_text",
     "measured_text",
     "metric_text",
@@ -163,12 +165,57 @@ def not_run_text(experiment: Experiment, scale: str) -> str:
     return NOT_RUN
 
 
-def _scale_cell(result: RunResult | None, headline: Sequence[str], missing: str = NOT_RUN) -> str:
+def config_changes(experiment: Experiment, result: RunResult) -> dict[str, tuple[Any, Any]]:
+    """The config fields in which a committed ``result`` differs from the experiment's
+    current config at the result's scale: ``{field: (ran with, current)}`` (``None`` for a
+    field one of them lacks). Empty when the result ran the current config.
+
+    A result made with ``--set`` overrides, or before a scale's config changed, differs; the
+    claims table says so beside its verdict instead of presenting it as the current config's.
+    """
+    from ntklab.experiments.config import resolve_config
+
+    current = resolve_config(experiment, result.scale).model_dump(mode="json")
+    ran = result.config
+    return {
+        key: (ran.get(key), current.get(key))
+        for key in sorted(set(ran) | set(current))
+        if canonical_value(ran.get(key)) != canonical_value(current.get(key))
+    }
+
+
+def canonical_value(value: object) -> str:
+    """Compact JSON with sorted keys: the comparison key of a config value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """``"ran with n_train=10000 (current: 4000)"`` for the changed fields."""
+    parts = []
+    for key, (ran, current) in changes.items():
+        was = "absent" if ran is None else _short(canonical_value(ran))
+        now = "absent" if current is None else _short(canonical_value(current))
+        parts.append(f"{key}={was} (current: {now})")
+    return "ran with " + ", ".join(parts)
+
+
+def _scale_cell(
+    result: RunResult | None,
+    headline: Sequence[str],
+    missing: str = NOT_RUN,
+    experiment: Experiment | None = None,
+) -> str:
     if result is None:
         return missing
     measured = measured_text(result, headline)
     verdict = f"**{result.verdict}**"
-    return f"{measured}; {verdict}" if measured else verdict
+    cell = f"{measured}; {verdict}" if measured else verdict
+    changes = {} if experiment is None else config_changes(experiment, result)
+    return f"{cell} ({_changes_text(changes)})" if changes else cell
 
 
 def duration_text(seconds: float) -> str:
@@ -258,8 +305,8 @@ def render_claims_table(rows: Sequence[ClaimRow]) -> str:
         cells = [
             f"{exp.claim_id} `{exp.name}`",
             exp.reported or "",
-            _scale_cell(row.runs.get("quick"), exp.headline),
-            _scale_cell(row.runs.get("paper"), exp.headline, not_run_text(exp, "paper")),
+            _scale_cell(row.runs.get("quick"), exp.headline, experiment=exp),
+            _scale_cell(row.runs.get("paper"), exp.headline, not_run_text(exp, "paper"), exp),
             row.dataset,
             row.time,
         ]
