@@ -220,7 +220,7 @@ def test_paper_scale_is_fashion_mnist_with_the_paper_grid() -> None:
     config = resolve_config(get_experiment(NAME), "paper", {})
     assert isinstance(config, LabelAlignmentConfig)
     assert config.dataset == "fashion-mnist" and config.data_root is None
-    assert config.criterion == "seed" and config.n_train == 4000 and config.depth == 3
+    assert config.criterion == "seed" and config.n_train == 10_000 and config.depth == 3
     assert (config.mlp_width, config.cnn_channels) == (1024, 64)
 
 

@@ -169,7 +169,10 @@ def test_missing_scales_say_not_run_and_how_to_run_them(
     nothing = pages["fake-none.html"]
     assert nothing.count("not run (run it with") == 2
     assert "not run at any scale." in nothing
-    assert "(the paper's Table 1) | PASS | not run |" in pages["fake-quick.md"]
+    assert (
+        "(the paper's Table 1) | PASS (ran with n=6 (current: 8)) | not run |"
+        in pages["fake-quick.md"]
+    )
 
 
 def test_figures_are_embedded_when_the_runs_folder_holds_them(

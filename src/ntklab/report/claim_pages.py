@@ -40,6 +40,7 @@ from .claims import (
     NOT_RUN,
     ClaimRow,
     claim_rows,
+    config_note,
     duration_text,
     measured_text,
     not_run_text,
@@ -200,7 +201,14 @@ def _comparison_rows(
 ) -> list[tuple[str, Callable[[RunResult], str]]]:
     """``(row label, value of a result)`` for the quick-vs-paper table of a claim page."""
     rows: list[tuple[str, Callable[[RunResult], str]]] = [
-        ("Verdict", lambda r: r.verdict + (" (made by other code)" if r.other_code else "")),
+        (
+            "Verdict",
+            lambda r: (
+                r.verdict
+                + (" (made by other code)" if r.other_code else "")
+                + (f" ({note})" if (note := config_note(experiment, r)) else "")
+            ),
+        ),
     ]
     for name in experiment.headline:
         rows.append((name, _headline_value(name)))
@@ -283,10 +291,13 @@ def _index_cells_html(result: RunResult | None, experiment: Experiment, scale: s
     if result is None:
         return f'<td class="{scale} notrun" colspan="2">{_e(not_run_text(experiment, scale))}</td>'
     measured = measured_text(result, experiment.headline) or "—"
-    return (
-        f'<td class="{scale}">{_e(measured)}</td>'
-        f'<td class="{scale}">{_verdict_html(result.verdict)}</td>'
-    )
+    verdict = _verdict_html(result.verdict) + _config_note_html(experiment, result)
+    return f'<td class="{scale}">{_e(measured)}</td><td class="{scale}">{verdict}</td>'
+
+
+def _config_note_html(experiment: Experiment, result: RunResult) -> str:
+    note = config_note(experiment, result)
+    return f" ({_e(note)})" if note else ""
 
 
 def render_index_html(

@@ -35,6 +35,7 @@ __all__ = [
     "claims_table",
     "commit_result",
     "config_changes",
+    "config_note",
     "duration_text",
     "measured_text",
     "metric_text",
@@ -214,8 +215,15 @@ def _scale_cell(
     measured = measured_text(result, headline)
     verdict = f"**{result.verdict}**"
     cell = f"{measured}; {verdict}" if measured else verdict
-    changes = {} if experiment is None else config_changes(experiment, result)
-    return f"{cell} ({_changes_text(changes)})" if changes else cell
+    note = "" if experiment is None else config_note(experiment, result)
+    return f"{cell} ({note})" if note else cell
+
+
+def config_note(experiment: Experiment, result: RunResult) -> str:
+    """``"ran with n_train=10000 (current: 4000)"`` for a result of another config than its
+    scale's current one (:func:`config_changes`), else ``""``."""
+    changes = config_changes(experiment, result)
+    return _changes_text(changes) if changes else ""
 
 
 def duration_text(seconds: float) -> str:
