@@ -406,25 +406,16 @@ def torch_worker(tool: str, row: Row, folder: Path, repeats: int) -> dict[str, A
 def nngeometry_worker(
     model: nn.Module, x: Tensor, row: Row, folder: Path, repeats: int
 ) -> dict[str, Any]:
-    """nngeometry 0.4's Gram matrix (its NTK, ``FMatDense``, shape (k, n, k, n)), when
-    importable. Written against its current API (``TorchHooksJacobianBackend``, older
-    releases: ``Jacobian``); not run on the machine of the README's table, where nngeometry
-    cannot be installed."""
-    from nngeometry.layercollection import LayerCollection  # type: ignore[import-not-found]
-    from nngeometry.object import FMatDense  # type: ignore[import-not-found]
+    """nngeometry 0.4's Gram matrix (``nngeometry.GramMatrix``: its NTK as ``FMatDense``,
+    data of shape (k, n, k, n), from the hooks backend ``TorchHooksJacobianBackend``)."""
+    from nngeometry import GramMatrix  # type: ignore[import-not-found]
     from torch.utils.data import DataLoader, TensorDataset
 
-    try:
-        from nngeometry.backend import TorchHooksJacobianBackend as Backend  # type: ignore[import-not-found]
-    except ImportError:
-        from nngeometry.generator import Jacobian as Backend  # type: ignore[import-not-found]
     loader = DataLoader(TensorDataset(x), batch_size=x.shape[0])
 
     def fn() -> Tensor:
-        generator = Backend(model=model, function=lambda *d: model(d[0]))
-        layers = LayerCollection.from_model(model)
-        gram = FMatDense(layers, generator, examples=loader).to_torch()  # (k, n, k, n)
-        full = gram.permute(1, 3, 0, 2)
+        gram = GramMatrix(model, loader, function=lambda *d: model(d[0])).to_torch()
+        full = gram.permute(1, 3, 0, 2)  # (n, n, k, k)
         return full if row.outputs == "full" else full.diagonal(dim1=2, dim2=3).mean(-1)
 
     times, result, peak = timed(fn, repeats)
