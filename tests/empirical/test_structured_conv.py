@@ -14,12 +14,14 @@ from torch import Tensor, nn
 from torch.func import functional_call, jacrev, vmap
 
 import ntklab as nl
+from ntklab.empirical import _compiled_cotangents as compiled
 from ntklab.empirical import cost
 from ntklab.empirical import structured as st
 from ntklab.empirical import structured_conv as sc
 from ntklab.empirical._functional import functional_model
 from ntklab.empirical.jacobian import probe
 from ntklab.empirical.structured import ntk_structured
+from ntklab.kernels import _fused
 
 F64 = torch.float64
 OUTPUTS = ("trace", "full", "diagonal")
@@ -340,6 +342,26 @@ def test_channel_by_channel_propagation(
     assert planned[-1] == expected
 
 
+def test_split_around_a_residual_connection_and_never_nested() -> None:
+    """The last convolution of a residual block is propagated channel by channel although
+    the identity shortcut bypasses it (the second backward passes are seeded at the outputs
+    and at its input, so each layer is traversed once per output; the kernel equals the
+    Jacobian contraction: ``test_matches_jacobian_contraction``); of nested candidates
+    (each depthwise convolution lies below the next) only the one of largest saving is
+    cut, and none below it."""
+    torch.manual_seed(0)
+    block = _randomize_norms(ResBlock().to(F64))
+    x = torch.randn(4, 2, 5, 5, dtype=F64)
+    assert set(st._profile(functional_model(block), x).split) == {"c2"}
+    deep = Depthwise().to(F64)
+    fm = functional_model(deep)
+    layers = list(st._covered_layers(fm))
+    one = torch.randn(1, 2, 6, 6, dtype=F64)
+    assert set(st._split_conflicts(fm, layers, one, {"d1": 2.0, "d2": 1.0, "mix": 0.5})) == {"d1"}
+    assert set(st._split_conflicts(fm, layers, one, {"d2": 2.0, "d1": 1.0, "mix": 0.5})) == {"d2"}
+    assert set(st._split_conflicts(fm, layers, one, {"mix": 2.0, "d3": 1.0})) == {"mix"}
+
+
 @pytest.mark.parametrize("outputs", OUTPUTS)
 def test_chunks_and_blocks_equal_whole(
     model_and_inputs: tuple[str, nn.Module, Tensor, Tensor], outputs: str
@@ -430,25 +452,50 @@ def test_per_example_gradients_are_autograd_gradients() -> None:
     ],
     ids=["2d", "2d-groups-strided", "1d-same-dilated", "2d-depthwise", "2d-gaps", "3d"],
 )
-def test_input_cotangents_are_autograd_input_gradients(conv: nn.Module) -> None:
-    """conv^T(sum_c alpha_ac e_c h_c), channel by channel, is autograd's input gradient."""
+@pytest.mark.parametrize("k", [3, 13])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_input_cotangents_are_autograd_input_gradients(
+    conv: nn.Module, path: str, dtype: torch.dtype, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conv^T(sum_c alpha_ac e_c h_c), channel by channel, is autograd's input gradient,
+    in torch and in the compiled loop (ungrouped 1-d and 2-d convolutions; more outputs than
+    its accumulator registers, ``k = 13``; widths of 8 and 9 positions, one vector and a
+    partial one in float32), which is taken wherever it covers the convolution."""
+    calls: list[int] = []
+    if path == "torch":
+        monkeypatch.setattr(compiled, "available", lambda *args: False)
+    elif not _fused.available():
+        pytest.skip("no C compiler: the compiled loop is unavailable")
+    else:
+        real = compiled.run
+
+        def counted(*args: object, **kw: object) -> None:
+            calls.append(1)
+            real(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(compiled, "run", counted)
     torch.manual_seed(0)
-    conv = conv.to(F64)
+    conv = conv.to(dtype)
     dims = conv.weight.ndim - 2
-    x = torch.randn(2, conv.in_channels, *([8] * dims), dtype=F64, requires_grad=True)
-    y = conv(x)
-    n, c = y.shape[:2]
-    alpha = torch.randn(n, 3, c, dtype=F64)
-    h = torch.randn(n, c, y[0, 0].numel(), dtype=F64)
-    got = sc.input_cotangents(conv, alpha, h, x.shape)  # type: ignore[arg-type]
-    into = torch.full_like(got, 7.0)
-    sc.input_cotangents(conv, alpha, h, x.shape, out=into)  # type: ignore[arg-type]
-    for a in range(3):
-        (grad,) = torch.autograd.grad(
-            y, x, (alpha[:, a, :, None] * h).view(y.shape), retain_graph=True
-        )
-        torch.testing.assert_close(got[:, a], grad)
-        torch.testing.assert_close(into[:, a], grad)
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
+    for size in (8, 9):
+        x = torch.randn(2, conv.in_channels, *([size] * dims), dtype=dtype, requires_grad=True)
+        y = conv(x)
+        n, c = y.shape[:2]
+        alpha = torch.randn(n, k, c, dtype=dtype)
+        h = torch.randn(n, c, y[0, 0].numel(), dtype=dtype)
+        got = sc.input_cotangents(conv, alpha, h, x.shape)  # type: ignore[arg-type]
+        into = torch.full_like(got, 7.0)
+        sc.input_cotangents(conv, alpha, h, x.shape, out=into)  # type: ignore[arg-type]
+        for a in range(k):
+            (grad,) = torch.autograd.grad(
+                y, x, (alpha[:, a, :, None] * h).view(y.shape), retain_graph=True
+            )
+            torch.testing.assert_close(got[:, a], grad, **tol)
+            torch.testing.assert_close(into[:, a], grad, **tol)
+    covered = path == "compiled" and conv.groups == 1 and dims <= 2  # type: ignore[operator]
+    assert len(calls) == (4 if covered else 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])

@@ -530,13 +530,16 @@ def _cotangents(
     returns them (no copy for a layer called once).
 
     Layers cut from their inputs in the forward pass (``fwd.split_inputs``) have factored
-    cotangents: the passes stop at their outputs, the cotangents at their inputs are
-    propagated channel by channel (:func:`.structured_conv.input_cotangents`: one transposed
-    convolution instead of ``k``) and ``k`` more backward passes carry them on below. Their
-    factorizations are returned by layer index.
+    cotangents: ``k`` first passes reach only their outputs, the cotangents at their inputs
+    are propagated channel by channel (:func:`.structured_conv.input_cotangents`: one
+    transposed convolution instead of ``k``), and ``k`` more backward passes, seeded both at
+    the model's outputs and at the cut layers' inputs, give every other layer's cotangents,
+    so that a residual connection around a cut layer is traversed once per output. Their
+    factorizations are returned by layer index. No cut layer may lie below another
+    (:func:`_split_conflicts` when the layers to cut are chosen, :func:`_check_cuts` here).
 
     Raises :class:`_UnfactoredError` if a cut layer's cotangents do not factor,
-    :class:`_UnsplitError` if a cut layer lies below another.
+    :class:`_UnsplitError` if a cut layer lies below another (:func:`_check_cuts`).
     """
     flat = [y for ys in fwd.outputs for y in ys]
     found: list[Cotangents | None] = [None] * len(layers)
@@ -544,17 +547,26 @@ def _cotangents(
     if not flat or not fwd.f.requires_grad:
         return found, factorizations
     k = fwd.f.shape[1]
-    cut = [i for i, t in enumerate(fwd.split_inputs) if t is not None]
+    cut = {i for i, t in enumerate(fwd.split_inputs) if t is not None}
+    owner = [i for i, ys in enumerate(fwd.outputs) for _ in ys]  # layer index per flat entry
+    first = [j for j, i in enumerate(owner) if i in cut] if cut else list(range(len(flat)))
     for a in range(k):
         seed = torch.zeros_like(fwd.f)
         seed[:, a] = 1.0
         grads = torch.autograd.grad(
-            fwd.f, flat, seed, retain_graph=a < k - 1 or bool(cut), allow_unused=True
+            fwd.f,
+            [flat[j] for j in first],
+            seed,
+            retain_graph=a < k - 1 or bool(cut),
+            allow_unused=True,
         )
-        _collect(found, grads, fwd, layers, a, k, check=None)
+        _collect(found, _spread(grads, first, len(flat)), fwd, layers, a, k)
+    if not cut:
+        return found, factorizations
+    _check_cuts(fwd, layers, [flat[j] for j in first], [owner[j] for j in first])
     sources: list[Tensor] = []
     below: list[Tensor] = []
-    for index in cut:
+    for index in sorted(cut):
         cots = found[index]
         if cots is None:
             continue
@@ -563,16 +575,47 @@ def _cotangents(
         factorizations[index], propagated = _split(layers[index], cots, live.shape)
         sources.append(live)
         below.append(propagated)
-    for a in range(k if sources else 0):
+    rest = [j for j, i in enumerate(owner) if i not in cut]
+    for a in range(k if rest else 0):
+        seed = torch.zeros_like(fwd.f)
+        seed[:, a] = 1.0
         grads = torch.autograd.grad(
-            sources,
-            flat,
-            [g[:, a] for g in below],
+            [fwd.f, *sources],
+            [flat[j] for j in rest],
+            [seed, *(g[:, a] for g in below)],
             retain_graph=a < k - 1,
             allow_unused=True,
         )
-        _collect(found, grads, fwd, layers, a, k, check=set(cut))
+        _collect(found, _spread(grads, rest, len(flat)), fwd, layers, a, k)
     return found, factorizations
+
+
+def _check_cuts(
+    fwd: _Forward, layers: Sequence[_Layer], cut_outputs: Sequence[Tensor], owners: Sequence[int]
+) -> None:
+    """Raise :class:`_UnsplitError` naming a cut layer that lies below another: its output
+    is reached by the backward pass from a cut layer's input, so the first passes saw only
+    part of its cotangents. Autograd runs only the nodes on a path from the cut inputs to
+    the cut outputs: none where the cuts are independent."""
+    lives = [t for t in fwd.split_inputs if t is not None]
+    reached = torch.autograd.grad(
+        lives,
+        list(cut_outputs),
+        [torch.ones_like(t) for t in lives],
+        retain_graph=True,
+        allow_unused=True,
+    )
+    for index, g in zip(owners, reached, strict=True):
+        if g is not None:
+            raise _UnsplitError(layers[index].name)
+
+
+def _spread(grads: Sequence[Tensor | None], where: Sequence[int], size: int) -> list[Tensor | None]:
+    """``grads`` placed at positions ``where`` of a list of ``size`` (None elsewhere)."""
+    out: list[Tensor | None] = [None] * size
+    for j, g in zip(where, grads, strict=True):
+        out[j] = g
+    return out
 
 
 def _collect(
@@ -582,18 +625,15 @@ def _collect(
     layers: Sequence[_Layer],
     a: int,
     k: int,
-    check: set[int] | None,
 ) -> None:
-    """Add one backward pass's gradients (of output ``a``) to ``found``; ``check``: the cut
-    layers, which must receive nothing (else :class:`_UnsplitError`)."""
+    """Add one backward pass's gradients (of output ``a``, one per saved layer output, None
+    where not computed) to ``found``."""
     start = 0
     for index, (layer, ys) in enumerate(zip(layers, fwd.outputs, strict=True)):
         calls = grads[start : start + len(ys)]
         start += len(ys)
         if all(g is None for g in calls):
             continue
-        if check is not None and index in check:
-            raise _UnsplitError(layer.name)
         columns = [
             channels_first(layer.op, torch.zeros_like(y) if g is None else g)
             for y, g in zip(ys, calls, strict=True)
@@ -953,7 +993,7 @@ def _batch_factors(
     (:func:`_cotangents`) and take the factored path.
 
     Raises :class:`_UnfactoredError` if a layer on the factored path meets examples whose
-    cotangents do not factor, :class:`_UnsplitError` (see :func:`_cotangents`)."""
+    cotangents do not factor, :class:`_UnsplitError` (see :func:`_forward`)."""
     n = x.shape[0]
     stores: list[_Store] = []
     jac: list[Tensor] = []  # the fallback Jacobian (k, n, F), once allocated
@@ -1508,8 +1548,9 @@ def _profile(fm: FunctionalModel, x: Tensor | None) -> _Profile:
             strict=True,
         ):
             saved = _split_saving(layer, p, calls, k) if factorable and needs else 0.0
-            if saved > 0 and not _bypassed(fm, layers, one, layer.name):
+            if saved > 0:
                 split[layer.name] = saved
+        split = _split_conflicts(fm, layers, one, split)
     covered = {p for layer, _, _ in sized for p in layer.params}
     fallback = sum(v.numel() for p, v in fm.params.items() if p not in covered)
     if x is None:
@@ -1540,20 +1581,33 @@ def _split_saving(layer: _Layer, p: int, calls: Sequence[Tensor], k: int) -> flo
     return k * direct - input_cotangent_flops(mod, p, p_in, k)
 
 
-def _bypassed(fm: FunctionalModel, layers: Sequence[_Layer], one: Tensor, name: str) -> bool:
-    """Whether some covered layer below layer ``name`` also reaches the outputs without
-    passing through it (a residual connection around it): the backward passes would then
-    traverse that layer twice with its output cut from its input. One forward and two
-    backward passes on the example ``one``."""
-    fwd = _forward(fm, layers, one, frozenset({name}))
-    index = next(i for i, layer in enumerate(layers) if layer.name == name)
-    live = fwd.split_inputs[index]
-    flat = [y for ys in fwd.outputs for y in ys]
-    if live is None or not fwd.f.requires_grad:
-        return False
-    top = torch.autograd.grad(fwd.f.sum(), flat, retain_graph=True, allow_unused=True)
-    below = torch.autograd.grad(live, flat, torch.ones_like(live), allow_unused=True)
-    return any(a is not None and b is not None for a, b in zip(top, below, strict=True))
+def _split_conflicts(
+    fm: FunctionalModel, layers: Sequence[_Layer], one: Tensor, saving: dict[str, float]
+) -> dict[str, float]:
+    """The layers to cut, from candidates with their savings, none below another: a layer
+    lies below a cut one if the backward pass from the cut layer's input reaches its output
+    (its cotangents would then be needed before the cut layer's input cotangents exist), and
+    a layer called more than once is never cut. Greedy by saving; one forward and one
+    backward pass on the example ``one`` per candidate."""
+    reach: dict[str, set[str]] = {}
+    for name in saving:
+        try:
+            fwd = _forward(fm, layers, one, frozenset({name}))
+        except _UnsplitError:  # called more than once: cannot be cut
+            continue
+        index = next(i for i, layer in enumerate(layers) if layer.name == name)
+        live = fwd.split_inputs[index]
+        flat = [y for ys in fwd.outputs for y in ys]
+        owner = [layer.name for layer, ys in zip(layers, fwd.outputs, strict=True) for _ in ys]
+        reach[name] = set()
+        if live is not None and flat:
+            grads = torch.autograd.grad(live, flat, torch.ones_like(live), allow_unused=True)
+            reach[name] = {o for o, g in zip(owner, grads, strict=True) if g is not None}
+    chosen: dict[str, float] = {}
+    for name in sorted(reach, key=lambda m: -saving[m]):
+        if all(name not in reach[c] and c not in reach[name] for c in chosen):
+            chosen[name] = saving[name]
+    return chosen
 
 
 def _layer_flops(layer: _Layer, p: int) -> float:

@@ -61,6 +61,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd
 
 from ..errors import NtklabTypeError, NtklabValueError
+from . import _compiled_cotangents
 
 __all__ = [
     "CONVOLUTIONS",
@@ -122,6 +123,11 @@ def _padding(conv: Conv, dims: int) -> list[int]:
         else:
             pads += [padding[axis], padding[axis]]
     return pads
+
+
+def _plane(values: Sequence[int], dims: int, row: int = 1) -> tuple[int, int]:
+    """A 1-d or 2-d size (``row = 1``) or offset (``row = 0``) as 2-d: a 1-d one as one row."""
+    return (row, int(values[0])) if dims == 1 else (int(values[0]), int(values[1]))
 
 
 def conv_patches(conv: nn.Module, x: Tensor) -> Tensor:
@@ -493,7 +499,16 @@ def input_cotangents(
     reach = [dilation[i] * (kernel[i] - 1) for i in range(dims)]
     # h with zeros between positions (stride), padded by the kernel's reach on both sides
     inner = [(sizes[i] - 1) * stride[i] + 1 for i in range(dims)]
-    up = h.new_zeros((n, c, *(inner[i] + 2 * reach[i] for i in range(dims))))
+    compiled = (
+        _compiled_cotangents.available(h, groups, dims)
+        and weight.dtype == h.dtype
+        and alpha.dtype == h.dtype
+    )
+    # the compiled loop reads one vector past the last column of a row: zeros there
+    extra = _compiled_cotangents.VECTOR_BYTES // h.element_size() if compiled else 0
+    up = h.new_zeros(
+        (n, c, *(inner[i] + 2 * reach[i] + (extra if i == dims - 1 else 0) for i in range(dims)))
+    )
     index = tuple(
         slice(reach[i], reach[i] + inner[i], stride[i]) for i in range(dims)
     )  # shape: the output positions
@@ -508,6 +523,21 @@ def input_cotangents(
         out = h.new_zeros((n, k, groups * cin, *spatial))
     elif not whole:
         out.zero_()  # positions no output position reaches
+    if compiled:  # z_c and their combination in registers, one pass over the cotangents
+        first = _plane(lo, dims, row=0)
+        u = (up if dims == 2 else up.unsqueeze(2))[:, :, first[0] :, first[1] :]
+        _compiled_cotangents.run(
+            u,
+            flipped.transpose(0, 1).contiguous(),
+            alpha.transpose(1, 2).contiguous(),
+            out.view(n, k, cin, *_plane(spatial, dims)),
+            _plane(kernel, dims),
+            _plane(dilation, dims),
+            _plane([lo[j] - before[j] for j in range(dims)], dims, row=0),
+            _plane([hi[j] - lo[j] for j in range(dims)], dims),
+            torch.get_num_threads(),
+        )
+        return out
     st = up.stride()
     for i in range(n):
         if dims <= 2:  # im2col of the window of positions reached

@@ -65,6 +65,7 @@ from torch import Tensor
 
 from ..errors import NtklabValueError, NumericalWarning
 from ._conv_source import CONV_GENERIC, CONV_HEAD
+from ._cotangent_source import COTANGENT_GENERIC, COTANGENT_HEAD
 from .covariance import next_diagonal
 
 if TYPE_CHECKING:
@@ -311,7 +312,19 @@ _DOUBLE = """
 #define SNAP (SNAP_ULPS * 2.220446049250313e-16)
 #define SFX(name) name##_d
 """
-SOURCE = _HEAD + CONV_HEAD + _FLOAT + _GENERIC + CONV_GENERIC + _DOUBLE + _GENERIC + CONV_GENERIC
+SOURCE = (
+    _HEAD
+    + CONV_HEAD
+    + COTANGENT_HEAD
+    + _FLOAT
+    + _GENERIC
+    + CONV_GENERIC
+    + COTANGENT_GENERIC
+    + _DOUBLE
+    + _GENERIC
+    + CONV_GENERIC
+    + COTANGENT_GENERIC
+)
 
 # -ffast-math lets gcc vectorize the loops (reductions, selects); the clamps are explicit and
 # the NaN/inf test works on the bits. It is given to the compile step only: linking with it
@@ -458,6 +471,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         acos = getattr(lib, f"ntklab_acos_sin_{sfx}")
         acos.argtypes = [ptr, ptr, ptr, i64]
         acos.restype = None
+        cot = getattr(lib, f"ntklab_input_cotangents_{sfx}")
+        cot.argtypes = [ptr, i64, i32, i64, i64, ptr, i32, i32, i32, i32, i32, ptr, i32, ptr]
+        cot.argtypes += [i64] * 6 + [i32]
+        cot.restype = None
     lib.ntklab_advise_hugepages.argtypes = [ptr, i64]
     lib.ntklab_advise_hugepages.restype = None
     return lib

@@ -1,0 +1,89 @@
+"""The compiled CPU loop of :func:`.structured_conv.input_cotangents` (float32 and float64).
+
+The C source is :mod:`ntklab.kernels._cotangent_source`; it is compiled and loaded with the
+fused kernels' library (:mod:`ntklab.kernels._fused`: compiled at first use, cached, checked,
+``NTKLAB_DISABLE_FUSED=1`` turns it off). Where the library is unavailable, or for tensors off
+the CPU, other dtypes, grouped or 3-d convolutions, :func:`available` is false and the torch
+form is used.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..kernels import _fused
+
+__all__ = ["VECTOR_BYTES", "available", "run"]
+
+#: Bytes of one vector of the C loop (``IC_VB``): it reads this many bytes past the last
+#: column of a tile, so the padded cotangents carry that many extra zero bytes per row.
+VECTOR_BYTES = 32
+
+
+def available(h: Tensor, groups: int, dims: int) -> bool:
+    """Whether the compiled loop covers these cotangents and this convolution."""
+    return (
+        h.device.type == "cpu"
+        and h.dtype in _fused._SUFFIX
+        and groups == 1
+        and dims in (1, 2)
+        and _fused.available()
+    )
+
+
+def run(
+    u: Tensor,
+    flipped: Tensor,
+    alpha: Tensor,
+    out: Tensor,
+    kernel: tuple[int, int],
+    dilation: tuple[int, int],
+    start: tuple[int, int],
+    size: tuple[int, int],
+    threads: int,
+) -> None:
+    """Write :math:`\\bar g_{a, ci} = \\sum_c \\alpha_{ac} z_c` into ``out`` (2-d layout).
+
+    Parameters
+    ----------
+    u : Tensor of shape (n, C, hu, wu)
+        A view of contiguous padded, stride-dilated cotangents whose first element is the
+        first one read: row stride ``wu`` and plane stride ``hu wu`` of the contiguous tensor
+        it views, with :data:`VECTOR_BYTES` readable past the last column read.
+    flipped : Tensor of shape (C_in, C, kh * kw)
+        The flipped kernel, input channel first, contiguous.
+    alpha : Tensor of shape (n, C, k)
+        Contiguous.
+    out : Tensor of shape (n, k, C_in, H, W)
+        Contiguous; rows ``start[0] + [0, size[0])`` and columns ``start[1] + [0, size[1])``
+        written.
+    kernel, dilation : (int, int)
+    start, size : (int, int)
+        The region of ``out`` that the window of ``u`` reaches.
+    threads : int
+    """
+    n, c, hu, wu = u.shape[0], u.shape[1], u.stride(1) // u.stride(2), u.stride(2)
+    fn = getattr(_fused._library(), f"ntklab_input_cotangents_{_fused._SUFFIX[u.dtype]}")
+    fn(
+        u.data_ptr(),
+        n,
+        c,
+        hu,
+        wu,
+        flipped.data_ptr(),
+        flipped.shape[0],
+        kernel[0],
+        kernel[1],
+        dilation[0],
+        dilation[1],
+        alpha.data_ptr(),
+        alpha.shape[2],
+        out.data_ptr(),
+        out.shape[3],
+        out.shape[4],
+        start[0],
+        start[1],
+        size[0],
+        size[1],
+        threads,
+    )
