@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 EPS = 1e-5  # torch BatchNorm's default
-SLOW_CALL = 60.0  # a warm-up (compilation included) slower than this: one timed run only
+SLOW_CALL = 20.0  # a warm-up (compilation included) slower than this: one timed run only
 
 
 def _status(field: str) -> int:

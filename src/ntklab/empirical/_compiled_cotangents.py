@@ -1,4 +1,5 @@
-"""The compiled CPU loop of :func:`.structured_conv.input_cotangents` (float32 and float64).
+"""The compiled CPU loops of :func:`.structured_conv.factor_cotangents` and
+:func:`.structured_conv.input_cotangents` (float32 and float64).
 
 The C source is :mod:`ntklab.kernels._cotangent_source`; it is compiled and loaded with the
 fused kernels' library (:mod:`ntklab.kernels._fused`: compiled at first use, cached, checked,
@@ -9,11 +10,15 @@ form is used.
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Sequence
+
+import torch
 from torch import Tensor
 
 from ..kernels import _fused
 
-__all__ = ["VECTOR_BYTES", "available", "run"]
+__all__ = ["VECTOR_BYTES", "available", "factor", "factor_available", "run"]
 
 #: Bytes of one vector of the C loop (``IC_VB``): it reads this many bytes past the last
 #: column of a tile, so the padded cotangents carry that many extra zero bytes per row.
@@ -29,6 +34,39 @@ def available(h: Tensor, groups: int, dims: int) -> bool:
         and dims in (1, 2)
         and _fused.available()
     )
+
+
+def factor_available(like: Tensor) -> bool:
+    """Whether the compiled factorization covers cotangents like ``like``."""
+    return like.device.type == "cpu" and like.dtype in _fused._SUFFIX and _fused.available()
+
+
+def factor(rows: Sequence[Tensor | None], rtol: float) -> tuple[Tensor, Tensor] | None:
+    """:func:`.structured_conv.factor_cotangents` of per-output cotangents.
+
+    Parameters
+    ----------
+    rows : sequence of (Tensor of shape (n, C, P) or None)
+        One per output, each contiguous in ``(C, P)``, all with the same example stride;
+        None for an output that ignores the layer (zeros).
+    rtol : float
+
+    Returns
+    -------
+    (alpha, h) or None
+        ``alpha`` of shape (n, k, C), ``h`` of shape (n, C, P); None when some example's
+        cotangents do not factor.
+    """
+    like = next(g for g in rows if g is not None)
+    n, c, p = like.shape
+    k = len(rows)
+    alpha = like.new_empty((n, k, c))
+    h = like.new_empty((n, c, p))
+    pointers = (ctypes.c_void_p * k)(*(None if g is None else g.data_ptr() for g in rows))
+    fn = getattr(_fused._library(), f"ntklab_factor_cotangents_{_fused._SUFFIX[like.dtype]}")
+    ok = fn(pointers, k, n, c, p, like.stride(0), rtol, alpha.data_ptr(), h.data_ptr(),
+            torch.get_num_threads())  # fmt: skip
+    return (alpha, h) if ok else None
 
 
 def run(

@@ -64,6 +64,7 @@ from ..errors import NtklabValueError
 from ..kernels.conv import ConvLayer
 from ..kernels.covariance import pads_for
 from ..nets.modules import DenseLayer
+from . import _compiled_cotangents as compiled_cotangents
 from ._functional import FunctionalModel, Outputs, check_batch
 from .structured_conv import (
     CONVOLUTIONS,
@@ -662,7 +663,7 @@ def _split(layer: _Layer, cots: Cotangents, shape: Sequence[int]) -> tuple[Facto
     out = like.new_empty((n, k, *shape[1:]))
     for start in range(0, n, step):
         sub = slice(start, min(start + step, n))
-        found = factor_cotangents(_stacked([None if g is None else g[sub] for g in cots]))
+        found = factor_cotangents([None if g is None else g[sub] for g in cots])
         if found is None:
             raise _UnfactoredError(layer.name)
         alpha[sub], h[sub] = found
@@ -671,23 +672,10 @@ def _split(layer: _Layer, cots: Cotangents, shape: Sequence[int]) -> tuple[Facto
     return (alpha, h), out
 
 
-def _stacked(cots: Cotangents) -> Tensor:
-    """The cotangents of every output as one tensor (n, k, C, P), zeros for the outputs
-    that ignore the layer."""
-    like = next(g for g in cots if g is not None)
-    out = like.new_empty((like.shape[0], len(cots), *like.shape[1:]))
-    for a, g in enumerate(cots):
-        if g is None:
-            out[:, a] = 0.0
-        else:
-            out[:, a] = g
-    return out
-
-
 def _factorable(cots: Cotangents) -> bool:
     """Whether the cotangents of the first example factor per channel (the test that decides
     the path; every example is checked when its factors are formed)."""
-    return factor_cotangents(_stacked([None if g is None else g[:1] for g in cots])) is not None
+    return factor_cotangents([None if g is None else g[:1] for g in cots]) is not None
 
 
 def _fallback_jacobian(
@@ -836,7 +824,7 @@ class _Store:
         self, rows: slice, u: Tensor, cots: Cotangents, known: Factorization | None
     ) -> None:
         layer = self.layer
-        found = known if known is not None else factor_cotangents(_stacked(cots))
+        found = known if known is not None else factor_cotangents(cots)
         if found is None:
             raise _UnfactoredError(layer.name)
         alpha, h = found
@@ -1578,7 +1566,8 @@ def _split_saving(layer: _Layer, p: int, calls: Sequence[Tensor], k: int) -> flo
     direct = _layer_flops(layer, p)
     if raw.dtype == torch.float64:
         direct += _ELEMENTWISE_FLOPS * raw.shape[1] * math.prod(mod.kernel_size) * p_in
-    return k * direct - input_cotangent_flops(mod, p, p_in, k)
+    compiled = compiled_cotangents.available(raw, mod.groups, raw.ndim - 2)
+    return k * direct - input_cotangent_flops(mod, p, p_in, k, compiled)
 
 
 def _split_conflicts(

@@ -347,7 +347,9 @@ def affine_gradients(cot: Tensor, columns: Tensor) -> Tensor:
     return product.view(n, c, k, m).transpose(1, 2)
 
 
-def factor_cotangents(cot: Tensor, rtol: float | None = None) -> tuple[Tensor, Tensor] | None:
+def factor_cotangents(
+    cot: Tensor | Sequence[Tensor | None], rtol: float | None = None
+) -> tuple[Tensor, Tensor] | None:
     """Write cotangents as :math:`g_{acp} = \\alpha_{ac} h_{cp}` per example, if they factor.
 
     For each example and channel, ``h`` is the cotangent of the output of largest norm and
@@ -359,7 +361,10 @@ def factor_cotangents(cot: Tensor, rtol: float | None = None) -> tuple[Tensor, T
 
     Parameters
     ----------
-    cot : Tensor of shape (n, k, C, P)
+    cot : Tensor of shape (n, k, C, P), or a sequence of k (Tensor of shape (n, C, P) or None)
+        Stacked, or one tensor per output (None: zeros, an output that ignores the layer).
+        On the CPU in float32 and float64 a compiled loop (:mod:`._compiled_cotangents`)
+        reads them once; elsewhere they are stacked and factored in torch.
     rtol : float, optional
         Default :data:`FACTOR_RTOL` times the dtype's machine epsilon.
 
@@ -379,16 +384,30 @@ def factor_cotangents(cot: Tensor, rtol: float | None = None) -> tuple[Tensor, T
     >>> factor_cotangents(torch.randn(2, 4, 3, 5)) is None
     True
     """
+    rows = [cot[:, a] for a in range(cot.shape[1])] if isinstance(cot, Tensor) else list(cot)
+    like = next(g for g in rows if g is not None)
     if rtol is None:
-        rtol = FACTOR_RTOL * torch.finfo(cot.dtype).eps
+        rtol = FACTOR_RTOL * torch.finfo(like.dtype).eps
+    rows_in_place = (
+        like.stride(2) == 1
+        and like.stride(1) == like.shape[2]
+        and all(
+            g is None or (g.shape, g.stride(), g.dtype) == (like.shape, like.stride(), like.dtype)
+            for g in rows
+        )
+    )  # each output's (C, P) contiguous, one example stride: read where they lie
+    if rows_in_place and _compiled_cotangents.factor_available(like):
+        return _compiled_cotangents.factor(rows, rtol)
+    if not isinstance(cot, Tensor):
+        cot = torch.stack([torch.zeros_like(like) if g is None else g for g in rows], dim=1)
     n, k, c, p = cot.shape
     norms = torch.linalg.vector_norm(cot, dim=3)  # shape: (n, k, C)
     ref = norms.argmax(1, keepdim=True)  # shape: (n, 1, C)
     h = cot.gather(1, ref.unsqueeze(3).expand(n, 1, c, p)).squeeze(1)  # shape: (n, C, P)
     pivot = h.abs().argmax(2, keepdim=True)  # shape: (n, C, 1)
     top = h.gather(2, pivot).squeeze(2)  # shape: (n, C)
-    rows = cot.gather(3, pivot.unsqueeze(1).expand(n, k, c, 1)).squeeze(3)  # shape: (n, k, C)
-    alpha = rows.div_(torch.where(top != 0, top, torch.ones_like(top)).unsqueeze(1))
+    at_pivot = cot.gather(3, pivot.unsqueeze(1).expand(n, k, c, 1)).squeeze(3)  # (n, k, C)
+    alpha = at_pivot.div_(torch.where(top != 0, top, torch.ones_like(top)).unsqueeze(1))
     residual = torch.addcmul(cot, alpha.unsqueeze(3), h.unsqueeze(1), value=-1.0)
     # the norm over (outputs, positions) as a norm of per-output norms: one reduction
     # over the contiguous axis (a reduction over two strided axes is several times slower)
@@ -585,16 +604,20 @@ def input_cotangents(
     return out
 
 
-def input_cotangent_flops(conv: Conv, p_out: int, p_in: int, k: int) -> float:
+def input_cotangent_flops(
+    conv: Conv, p_out: int, p_in: int, k: int, compiled: bool = False
+) -> float:
     """Flops of :func:`input_cotangents` per example: the per-channel products
     ``2 C (C_in / G) taps P_in``, the combination ``2 k C (C_in / G) P_in``, and the
-    elementwise traffic (the zero-inserted, unfolded cotangents ``C taps P_in``, the products
-    ``C (C_in / G) P_in`` written and read, the result ``k C_in P_in``), weighted as
-    :data:`ELEMENTWISE_FLOPS`."""
+    elementwise traffic, weighted as :data:`ELEMENTWISE_FLOPS`: in torch, the zero-inserted,
+    unfolded cotangents ``C taps P_in``, the products ``C (C_in / G) P_in`` written and read,
+    and the result ``k C_in P_in``; in the compiled loop (``compiled``), which keeps the
+    products in registers, the padded cotangents ``C P_in`` and the result."""
     c, cin = conv.out_channels, conv.in_channels // conv.groups
     taps = math.prod(conv.kernel_size)
     products = c * cin * p_in
-    moved = c * taps * p_in + 2 * products + k * conv.in_channels * p_in
+    result = k * conv.in_channels * p_in
+    moved = c * p_in + result if compiled else c * taps * p_in + 2 * products + result
     return 2.0 * products * taps + 2.0 * k * products + ELEMENTWISE_FLOPS * moved
 
 

@@ -1,6 +1,7 @@
-"""C source of the input cotangents of a convolution from factored output cotangents.
+"""C source of the factorization of cotangents and of the input cotangents of a convolution.
 
-Used by :func:`ntklab.empirical.structured_conv.input_cotangents` (through
+Used by :func:`ntklab.empirical.structured_conv.factor_cotangents` and
+:func:`ntklab.empirical.structured_conv.input_cotangents` (through
 :mod:`ntklab.empirical._compiled_cotangents`) and compiled into the same library as the fused
 ``[Relu, Dense]`` kernel (:data:`ntklab.kernels._fused.SOURCE`), once per precision (``REAL``
 and ``SFX`` defined by the includer). For an example, an input channel ``ci``, an input row
@@ -18,7 +19,16 @@ combination over channels ``c`` in one loop, with the ``z_c`` (one register) and
 accumulators in registers. The torch form writes each ``Z_c`` to memory and reads it back for a
 product with only ``k`` rows; here each position costs one pass over ``u``. The tile function
 is generated for ``1..IC_MAXK`` outputs (accumulators as separate registers); more outputs are
-done in blocks of ``IC_MAXK``. OpenMP splits (example, input channel) pairs over threads.
+done in blocks of ``IC_MAXK``. OpenMP splits (example, input row) pairs over threads; each
+tile is done for every input channel in turn, so that its window of ``u`` stays in L1 (the
+whole of ``u`` of an example, ``C`` planes, may exceed L2 in float64).
+
+The factorization :math:`g_{acp} = \\alpha_{ac} h_{cp}` reads each example's and channel's
+``k`` rows of ``P`` cotangents once from memory (they then stay in cache for the second and
+third pass: the residual), where the torch form stacks the outputs and makes five passes
+over the ``n k C P`` numbers. Same skeleton as the torch form: ``h`` the row of largest norm,
+``alpha`` the ratios at the position where ``|h|`` is largest, accepted when the residual's
+norm is at most ``rtol`` times the cotangents' norm for every example and channel.
 """
 
 from __future__ import annotations
@@ -96,18 +106,19 @@ void SFX(ntklab_input_cotangents)(const REAL *u, int64_t n, int channels, int64_
     const int64_t plane = hu * wu, ostride = (int64_t)cin * H * W;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) collapse(2)
     for (int64_t i = 0; i < n; i++) {
-        for (int ci = 0; ci < cin; ci++) {
-            const REAL *ui = u + i * channels * plane;
-            const REAL *f = ft + (int64_t)ci * channels * taps;
-            for (int a0 = 0; a0 < k; a0 += IC_MAXK) {
-                const int kb = k - a0 < IC_MAXK ? k - a0 : IC_MAXK;
-                const REAL *al = at + i * (int64_t)channels * k + a0;
-                REAL *o = out + ((i * k + a0) * cin + ci) * H * W;
-                for (int64_t y = 0; y < ho; y++) {
-                    for (int64_t x = 0; x < wo; x += vl) {
-                        const int width = wo - x < vl ? (int)(wo - x) : vl;
-                        const REAL *uy = ui + y * wu + x;
-                        REAL *oy = o + (y0 + y) * W + x0 + x;
+        for (int64_t y = 0; y < ho; y++) {
+            /* every input channel of a tile in turn: the window of u (C x taps rows of a
+               vector) stays in L1 while the kernel's rows stream from L2 */
+            const REAL *ui = u + i * channels * plane + y * wu;
+            for (int64_t x = 0; x < wo; x += vl) {
+                const int width = wo - x < vl ? (int)(wo - x) : vl;
+                for (int ci = 0; ci < cin; ci++) {
+                    const REAL *f = ft + (int64_t)ci * channels * taps;
+                    for (int a0 = 0; a0 < k; a0 += IC_MAXK) {
+                        const int kb = k - a0 < IC_MAXK ? k - a0 : IC_MAXK;
+                        const REAL *al = at + i * (int64_t)channels * k + a0;
+                        const REAL *uy = ui + x;
+                        REAL *oy = out + ((i * k + a0) * cin + ci) * H * W + (y0 + y) * W + x0 + x;
 #define IC_CALL(KB) SFX(ic_tile##KB)(uy, plane, channels, taps, off, f, al, k, oy, ostride, width)
                         switch (kb) {
                         case 1: IC_CALL(1); break;
@@ -130,5 +141,59 @@ void SFX(ntklab_input_cotangents)(const REAL *u, int64_t n, int channels, int64_
         }
     }
     free(off);
+}
+
+/* g[a]: (n, C, P) with example stride sn, or NULL (zeros); alpha: (n, k, C); h: (n, C, P).
+   Returns 1 if every example and channel factors within rtol, else 0. */
+int SFX(ntklab_factor_cotangents)(const REAL *const *g, int k, int64_t n, int64_t channels,
+    int64_t p, int64_t sn, REAL rtol, REAL *alpha, REAL *h, int nthreads)
+{
+    int ok = 1;
+#pragma omp parallel for num_threads(nthreads) schedule(static) reduction(& : ok) collapse(2)
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t c = 0; c < channels; c++) {
+            double total = 0.0, best = -1.0;
+            int ref = 0;
+            for (int a = 0; a < k; a++) {
+                if (g[a] == NULL) continue;
+                const REAL *row = g[a] + i * sn + c * p;
+                REAL s = 0;
+                for (int64_t q = 0; q < p; q++) s += row[q] * row[q];
+                total += (double)s;
+                if ((double)s > best) { best = (double)s; ref = a; }
+            }
+            REAL *hr = h + (i * channels + c) * p;
+            REAL *al = alpha + i * k * channels + c;
+            if (best < 0.0) { /* no output reaches this layer */
+                memset(hr, 0, (size_t)p * sizeof(REAL));
+                for (int a = 0; a < k; a++) al[(int64_t)a * channels] = 0;
+                continue;
+            }
+            memcpy(hr, g[ref] + i * sn + c * p, (size_t)p * sizeof(REAL));
+            int64_t pivot = 0;
+            REAL top = 0, big = -1;
+            for (int64_t q = 0; q < p; q++) {
+                const REAL v = hr[q] < 0 ? -hr[q] : hr[q];
+                if (v > big) { big = v; pivot = q; }
+            }
+            top = hr[pivot];
+            const REAL div = top != 0 ? top : (REAL)1;
+            double worst = 0.0;
+            for (int a = 0; a < k; a++) {
+                if (g[a] == NULL) { al[(int64_t)a * channels] = 0; continue; }
+                const REAL *row = g[a] + i * sn + c * p;
+                const REAL ratio = row[pivot] / div;
+                al[(int64_t)a * channels] = ratio;
+                REAL s = 0;
+                for (int64_t q = 0; q < p; q++) {
+                    const REAL r = row[q] - ratio * hr[q];
+                    s += r * r;
+                }
+                worst += (double)s;
+            }
+            if (!(sqrt(worst) <= (double)rtol * sqrt(total))) ok = 0;
+        }
+    }
+    return ok;
 }
 """

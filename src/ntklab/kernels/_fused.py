@@ -475,6 +475,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         cot.argtypes = [ptr, i64, i32, i64, i64, ptr, i32, i32, i32, i32, i32, ptr, i32, ptr]
         cot.argtypes += [i64] * 6 + [i32]
         cot.restype = None
+        fac = getattr(lib, f"ntklab_factor_cotangents_{sfx}")
+        real = ctypes.c_float if sfx == "f" else ctypes.c_double
+        fac.argtypes = [ptr, i32, i64, i64, i64, i64, real, ptr, ptr, i32]
+        fac.restype = i32
     lib.ntklab_advise_hugepages.argtypes = [ptr, i64]
     lib.ntklab_advise_hugepages.restype = None
     return lib
