@@ -6,7 +6,10 @@ ordering."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import statistics
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -596,3 +599,28 @@ def test_cost_model_orders_contrasting_shapes() -> None:
         assert order[-1] == "ntk_vp"
         assert nl.empirical.plan(fm, x, None, "trace").method == fastest
         assert all(c.flops > 0 and c.bytes > 0 for c in costs.values())
+
+
+def test_slowdowns_are_the_committed_benchmark_medians() -> None:
+    """``cost.SLOWDOWN`` is, per method, the median (to 0.1) of measured time over the
+    unscaled model time ``(flops + w elements) / rate`` in the committed cost-model run
+    (``results/cost_model_empirical.json``), and with it the model's pick on every row of
+    that run is the fastest method or within 10 % of it."""
+    path = Path(__file__).resolve().parents[2] / "results" / "cost_model_empirical.json"
+    rows = json.loads(path.read_text())
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        itemsize = 4 if row["dtype"] == "float32" else 8
+        rate = row["matmul_gflops"] * 1e9
+        measured, predicted = {}, {}
+        for method, entry in row["methods"].items():
+            model = (entry["flops"] + cost.ELEMENTWISE_FLOPS * entry["bytes"] / itemsize) / rate
+            predicted[method] = cost.SLOWDOWN[method] * model
+            if entry.get("measured_s"):
+                measured[method] = entry["measured_s"]
+                ratios.setdefault(method, []).append(entry["measured_s"] / model)
+        pick = min(predicted, key=lambda m: predicted[m])
+        assert measured[pick] <= 1.10 * min(measured.values()), (row["model"], row["dtype"])
+    assert len(ratios["structured"]) == len(ratios["jacobian"]) == 6
+    for method, values in ratios.items():
+        assert cost.SLOWDOWN[method] == pytest.approx(statistics.median(values), abs=0.05)

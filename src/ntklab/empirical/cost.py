@@ -9,16 +9,20 @@ the structured one):
 - ``elements``: elements read or written by memory-bound passes (the elementwise parts of
   backward passes, copies into Jacobian rows, patches and cotangent buffers).
 
-Their sum in matrix-product-equivalent flops,
+Their sum in matrix-product-equivalent flops, times the method's slowdown ``s``,
 
-.. math:: \mathrm{cost} = \mathrm{flops} + w\, \mathrm{elements},
+.. math:: \mathrm{cost} = s \, (\mathrm{flops} + w\, \mathrm{elements}),
           \qquad w = \texttt{ELEMENTWISE\_FLOPS} = 30,
 
 orders the methods; divided by a measured matrix-product rate it predicts seconds
 (``benchmarks/bench_empirical.py --cost-model`` prints both beside measured times). ``w``
 is the ratio of a CPU's matrix-product rate to its rate of elementwise operations on
 tensors larger than its caches (about 30 on the 2-core AVX-512 machine this was written
-on, in float32 and float64 alike: both rates halve from float32 to float64).
+on, in float32 and float64 alike: both rates halve from float32 to float64). ``s``
+(:data:`SLOWDOWN`) is each method's measured time over ``flops + w elements`` at the
+matrix-product rate, the median over six models of one benchmark run: the structured
+method's many small per-example products, and the Python around them, run further below
+that rate than the Jacobian contraction's batched passes.
 
 With ``n1, n2`` inputs, ``k`` outputs, ``P`` parameters, ``F`` forward flops and ``A``
 saved activations per example (:func:`.jacobian.probe`), ``m`` the examples whose factors
@@ -55,6 +59,7 @@ from .structured_conv import ELEMENTWISE_FLOPS
 
 __all__ = [
     "ELEMENTWISE_FLOPS",
+    "SLOWDOWN",
     "Cost",
     "jacobian_cost",
     "ntk_vp_cost",
@@ -63,6 +68,15 @@ __all__ = [
 
 #: Rows of the symmetric Jacobian contraction's blocks (as :func:`.jacobian.ntk_jacobian`).
 _BLOCK = 256
+
+#: Measured time over the model's ``(flops + w elements) / rate`` per method: the medians
+#: over the MLP 784-512-512-10, the CNN 3-32-64 (float32, float64), the ResNet block
+#: (float32, float64) and ResNet-18 of ``benchmarks/bench_empirical.py --cost-model``
+#: (2026-12-02, 2 threads; ``results/cost_model_empirical.json`` in the repository).
+#: Structured: 1.94-2.82 (median 2.48); Jacobian contraction: 1.28-1.91 and 5.75 on
+#: ResNet-18, whose Jacobian rows (11.2 M parameters) the model underweights (median 1.76);
+#: NTK-vector products: 0.68, 1.13, 2.04 on the three models where it ran.
+SLOWDOWN = {"structured": 2.5, "jacobian": 1.8, "ntk_vp": 1.1}
 
 
 @dataclass(frozen=True)
@@ -77,11 +91,14 @@ class Cost:
         Elements read or written by memory-bound passes.
     itemsize : int
         Bytes per element (4 for float32, 8 for float64).
+    slowdown : float
+        The method's measured time over its model time (:data:`SLOWDOWN`).
     """
 
     flops: float
     elements: float
     itemsize: int
+    slowdown: float = 1.0
 
     @property
     def bytes(self) -> float:
@@ -90,8 +107,9 @@ class Cost:
 
     @property
     def equivalent(self) -> float:
-        """``flops + ELEMENTWISE_FLOPS * elements``: the number ``method="auto"`` minimizes."""
-        return self.flops + ELEMENTWISE_FLOPS * self.elements
+        """``slowdown * (flops + ELEMENTWISE_FLOPS * elements)``: the number
+        ``method="auto"`` minimizes."""
+        return self.slowdown * (self.flops + ELEMENTWISE_FLOPS * self.elements)
 
     def seconds(self, rate: float) -> float:
         """Predicted seconds at ``rate`` matrix-product flops per second."""
@@ -147,7 +165,7 @@ def jacobian_cost(
     contraction = 2.0 * _pairs(n1, n2, symmetric) * p * (k * k if outputs == "full" else k)
     flops = m * (1 + 2 * k) * probe.forward_flops + contraction
     elements = m * k * (2.0 * probe.activations + p)
-    return Cost(flops, elements, _itemsize(fm))
+    return Cost(flops, elements, _itemsize(fm), SLOWDOWN["jacobian"])
 
 
 def ntk_vp_cost(
@@ -167,7 +185,7 @@ def ntk_vp_cost(
     f, a, p = probe.forward_flops, float(probe.activations), fm.n_params
     flops = n2 * (1 + 2 * k) * f + n1 * f + 2.0 * n1 * n2 * k * f
     elements = n2 * k * (2.0 * a + p) + 2.0 * n1 * n2 * k * a
-    return Cost(flops, elements, _itemsize(fm))
+    return Cost(flops, elements, _itemsize(fm), SLOWDOWN["ntk_vp"])
 
 
 def structured_cost(
@@ -197,4 +215,4 @@ def structured_cost(
     elements = structured_elements(
         fm, n1, n2, k, outputs, x=x, symmetric=symmetric, activations=activations
     )
-    return Cost(flops, elements, _itemsize(fm))
+    return Cost(flops, elements, _itemsize(fm), SLOWDOWN["structured"])

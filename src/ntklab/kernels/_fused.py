@@ -32,6 +32,10 @@ loop; OpenMP splits the rows over ``torch.get_num_threads()`` threads. When ``x2
 use the eager path; without a working compiler the eager path is used silently (the reason
 is logged at DEBUG level on the ``"ntklab"`` logger).
 
+The same library carries the fused ``[Conv, Relu]`` chain (:mod:`._conv_source`, used by
+:mod:`._fused_conv`) and the cotangent loops of the structured empirical NTK
+(:mod:`._cotangent_source`, used by :mod:`ntklab.empirical._compiled_cotangents`).
+
 The cache is keyed by the C source, the compiler command and its version (``cc --version``),
 the flags and the CPU's features, so a change of any of them compiles anew. Next to each
 library lies its SHA-256 (``.so.sha256``), checked before loading: a truncated or replaced file
@@ -512,7 +516,7 @@ class _Loader:
                 if not _verified(path):
                     if not announced:
                         logger.warning(
-                            "compiling ntklab's fused ReLU kernel once into %s (at most %g s "
+                            "compiling ntklab's C kernels once into %s (at most %g s "
                             "per step; the eager path is used if it fails)",
                             path.parent,
                             _compile_timeout(),
