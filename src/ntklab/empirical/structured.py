@@ -838,6 +838,13 @@ class _Store:
         c, channels = u.shape[0], layer.channels
         w = None if layer.weight is None else self._zeros("w", (k, n, channels * layer.width), u)
         b = None if layer.bias is None else self._zeros("b", (k, n, channels), u)
+        every = [g for g in cots if g is not None]
+        if w is not None and len(every) == k and u.shape[2] == 1:
+            # every output in one product per example: (k C x P) @ (P x D), the patches
+            # packed once instead of k times
+            grads = per_example_gradients(torch.stack(every, dim=1), u)  # (c, k, C, D)
+            w[:, rows] = grads.view(c, k, -1).transpose(0, 1)
+            w = None
         for a, g in enumerate(cots):
             if g is None:
                 continue
