@@ -24,6 +24,7 @@ from ntklab.empirical import structured_conv as sc
 from ntklab.empirical._functional import functional_model
 from ntklab.empirical.jacobian import probe
 from ntklab.empirical.structured import ntk_structured
+from ntklab.errors import NtklabValueError
 from ntklab.kernels import _fused
 
 F64 = torch.float64
@@ -505,9 +506,9 @@ def test_input_cotangents_are_autograd_input_gradients(
 @pytest.mark.parametrize("path", ["torch", "compiled"])
 def test_factor_cotangents(dtype: torch.dtype, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank-one cotangents factor (stacked, or one tensor per output with an output that
-    ignores the layer), exactly to rounding; one entry off by 1e-3 of the largest, or
-    random cotangents, do not; in torch and in the compiled loop, which is taken where it
-    covers the cotangents."""
+    ignores the layer), exactly to rounding; one entry off by 1e-3 of the largest, random
+    cotangents, or a NaN or infinite entry, do not; all outputs None is refused; in torch
+    and in the compiled loop, which is taken where it covers the cotangents."""
     calls: list[int] = []
     if path == "torch":
         monkeypatch.setattr(compiled, "factor_available", lambda like: False)
@@ -537,7 +538,13 @@ def test_factor_cotangents(dtype: torch.dtype, path: str, monkeypatch: pytest.Mo
     noisy[2, 1, 3, 4] += 1e-3 * cot.abs().max()
     assert sc.factor_cotangents(noisy) is None  # rank two in one channel of one example
     assert sc.factor_cotangents(torch.randn(3, 4, 5, 7, generator=gen, dtype=dtype)) is None
-    assert len(calls) == (4 if path == "compiled" else 0)
+    for bad in (float("nan"), float("inf")):  # never a finite factorization of non-finite ones
+        broken = cot.clone()
+        broken[0, 1, 0, 3] = bad
+        assert sc.factor_cotangents(broken) is None
+    assert len(calls) == (6 if path == "compiled" else 0)
+    with pytest.raises(NtklabValueError, match=r"cot: expected .* all None"):
+        sc.factor_cotangents([None, None])
 
 
 # ----------------------------------------------------------------------- cost model

@@ -17,28 +17,20 @@ import torch
 from torch import Tensor
 
 from ..kernels import _fused
+from ..kernels._cotangent_source import VECTOR_BYTES
 
 __all__ = ["VECTOR_BYTES", "available", "factor", "factor_available", "run"]
-
-#: Bytes of one vector of the C loop (``IC_VB``): it reads this many bytes past the last
-#: column of a tile, so the padded cotangents carry that many extra zero bytes per row.
-VECTOR_BYTES = 32
-
-
-def available(h: Tensor, groups: int, dims: int) -> bool:
-    """Whether the compiled loop covers these cotangents and this convolution."""
-    return (
-        h.device.type == "cpu"
-        and h.dtype in _fused._SUFFIX
-        and groups == 1
-        and dims in (1, 2)
-        and _fused.available()
-    )
 
 
 def factor_available(like: Tensor) -> bool:
     """Whether the compiled factorization covers cotangents like ``like``."""
     return like.device.type == "cpu" and like.dtype in _fused._SUFFIX and _fused.available()
+
+
+def available(h: Tensor, groups: int, dims: int) -> bool:
+    """Whether the compiled input-cotangent loop covers these cotangents and this
+    convolution (ungrouped, 1-d or 2-d)."""
+    return groups == 1 and dims in (1, 2) and factor_available(h)
 
 
 def factor(rows: Sequence[Tensor | None], rtol: float) -> tuple[Tensor, Tensor] | None:
@@ -78,7 +70,6 @@ def run(
     dilation: tuple[int, int],
     start: tuple[int, int],
     size: tuple[int, int],
-    threads: int,
 ) -> None:
     """Write :math:`\\bar g_{a, ci} = \\sum_c \\alpha_{ac} z_c` into ``out`` (2-d layout).
 
@@ -98,7 +89,6 @@ def run(
     kernel, dilation : (int, int)
     start, size : (int, int)
         The region of ``out`` that the window of ``u`` reaches.
-    threads : int
     """
     n, c, hu, wu = u.shape[0], u.shape[1], u.stride(1) // u.stride(2), u.stride(2)
     fn = getattr(_fused._library(), f"ntklab_input_cotangents_{_fused._SUFFIX[u.dtype]}")
@@ -123,5 +113,5 @@ def run(
         start[1],
         size[0],
         size[1],
-        threads,
+        torch.get_num_threads(),
     )

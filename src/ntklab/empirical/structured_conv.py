@@ -372,7 +372,12 @@ def factor_cotangents(
     -------
     (alpha, h) or None
         ``alpha`` of shape (n, k, C), ``h`` of shape (n, C, P); None when some example's
-        cotangents have rank above one in some channel.
+        cotangents have rank above one in some channel, or are not finite.
+
+    Raises
+    ------
+    NtklabValueError
+        If every output is None.
 
     Examples
     --------
@@ -385,7 +390,12 @@ def factor_cotangents(
     True
     """
     rows = [cot[:, a] for a in range(cot.shape[1])] if isinstance(cot, Tensor) else list(cot)
-    like = next(g for g in rows if g is not None)
+    like = next((g for g in rows if g is not None), None)
+    if like is None:
+        raise NtklabValueError(
+            f"cot: expected a tensor of shape (n, k, C, P) or per-output tensors, at least "
+            f"one of them not None; got {len(rows)} outputs, all None"
+        )
     if rtol is None:
         rtol = FACTOR_RTOL * torch.finfo(like.dtype).eps
     rows_in_place = (
@@ -554,7 +564,6 @@ def input_cotangents(
             _plane(dilation, dims),
             _plane([lo[j] - before[j] for j in range(dims)], dims, row=0),
             _plane([hi[j] - lo[j] for j in range(dims)], dims),
-            torch.get_num_threads(),
         )
         return out
     st = up.stride()

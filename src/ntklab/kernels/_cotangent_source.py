@@ -33,11 +33,16 @@ norm is at most ``rtol`` times the cotangents' norm for every example and channe
 
 from __future__ import annotations
 
-__all__ = ["COTANGENT_GENERIC", "COTANGENT_HEAD"]
+__all__ = ["COTANGENT_GENERIC", "COTANGENT_HEAD", "VECTOR_BYTES"]
+
+#: Bytes of one vector of the input-cotangent loop (``IC_VB``): it reads this many bytes past
+#: the last column of a tile, so its padded cotangents carry that many extra zero bytes per row.
+VECTOR_BYTES = 32
 
 # Precision-independent part (once): the vector width and the tile generator.
-COTANGENT_HEAD = r"""
-#define IC_VB 32 /* bytes per vector */
+COTANGENT_HEAD = (
+    f"\n#define IC_VB {VECTOR_BYTES} /* bytes per vector */"
+    + r"""
 #define IC_MAXK 12 /* outputs per tile (accumulator registers) */
 
 /* acc[a] = sum_c al[c k + a] sum_t f[c taps + t] u[c plane + off[t] ...+VL] for a < KB */
@@ -79,7 +84,16 @@ static inline void SFX(ic_tile##KB)(const REAL *restrict u, int64_t plane, int c
             memcpy(out + a * ostride, &acc[a], (size_t)width * sizeof(REAL));                \
     }                                                                                        \
 }
+
+/* v is neither NaN nor infinite, by its bits (-ffast-math lets the compiler assume both away) */
+static inline int ic_finite(double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return (bits & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+}
 """
+)
 
 # Once per precision (REAL and SFX defined).
 COTANGENT_GENERIC = r"""
@@ -191,7 +205,11 @@ int SFX(ntklab_factor_cotangents)(const REAL *const *g, int k, int64_t n, int64_
                 }
                 worst += (double)s;
             }
-            if (!(sqrt(worst) <= (double)rtol * sqrt(total))) ok = 0;
+            /* non-finite cotangents never factor (as in the torch form, where NaN fails
+               the comparison) */
+            if (!ic_finite(total) || !ic_finite(worst)
+                || !(sqrt(worst) <= (double)rtol * sqrt(total)))
+                ok = 0;
         }
     }
     return ok;
