@@ -30,9 +30,9 @@ __all__ = [
 #: ``torch.func.functional_call`` swaps the module's parameters and buffers for the given
 #: tensors during the call and swaps the originals back after it; two threads calling one
 #: module at once swap each other's tensors back, which leaves the module holding detached
-#: copies of its parameters (``requires_grad=False``). ntklab's own capture passes run in
-#: parallel threads (:mod:`.structured`), and Dask's threaded schedulers or a user's thread
-#: pool may call ntklab on one module too, so the forward passes are serialized; the
+#: copies of its parameters (``requires_grad=False``). Dask's threaded schedulers
+#: (:mod:`ntklab.distributed`) or a user's thread pool may call ntklab on one module at once,
+#: so the forward passes are serialized; the
 #: backward passes, which read only the autograd graph, are not. Re-entrant.
 MODULE_CALL_LOCK = threading.RLock()
 

