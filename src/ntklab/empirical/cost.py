@@ -72,11 +72,12 @@ _BLOCK = 256
 #: Measured time over the model's ``(flops + w elements) / rate`` per method: the medians
 #: over the MLP 784-512-512-10, the CNN 3-32-64 (float32, float64), the ResNet block
 #: (float32, float64) and ResNet-18 of ``benchmarks/bench_empirical.py --cost-model``
-#: (2026-12-02, 2 threads; ``results/cost_model_empirical.json`` in the repository).
-#: Structured: 1.94-2.82 (median 2.48); Jacobian contraction: 1.28-1.91 and 5.75 on
-#: ResNet-18, whose Jacobian rows (11.2 M parameters) the model underweights (median 1.76);
-#: NTK-vector products: 0.68, 1.13, 2.04 on the three models where it ran.
-SLOWDOWN = {"structured": 2.5, "jacobian": 1.8, "ntk_vp": 1.1}
+#: (2026-12-03, 2 threads, commit 602de60; ``results/cost_model_empirical.json`` in the
+#: repository). Structured: 1.20 (MLP), 1.91-2.40 otherwise (median 1.98); Jacobian
+#: contraction: 1.38-1.73 and 5.79 on ResNet-18, whose Jacobian rows (11.2 M parameters) the
+#: model underweights (median 1.65); NTK-vector products: 0.75, 2.00, 1.07 on the three
+#: models where it ran.
+SLOWDOWN = {"structured": 2.0, "jacobian": 1.6, "ntk_vp": 1.1}
 
 
 @dataclass(frozen=True)
