@@ -22,6 +22,8 @@ in float64 (relative error reported). Usage::
 
     python benchmarks/bench_empirical_large.py [--n 10000] [--block-size 2048]
         [--cases pseudo,trace,zarr] [--json PATH]
+
+Committed run: ``results/empirical_large.json`` (each row with its date, machine and commit).
 """
 
 from __future__ import annotations
@@ -161,6 +163,20 @@ def run_case(case: str, n: int, block_size: int) -> dict[str, Any]:
     }
 
 
+def run_facts() -> dict[str, Any]:
+    """When, where and on what code a case ran (UTC time, machine, ntklab commit, torch)."""
+    import platform
+
+    from peers_empirical import _commit
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "ntklab_commit": _commit(),
+        "torch": torch.__version__,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
@@ -180,7 +196,7 @@ def main() -> None:
         if done.returncode != 0:
             print(f"{case}: failed\n{done.stderr[-3000:]}", flush=True)
             continue
-        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row = {**run_facts(), **json.loads(done.stdout.strip().splitlines()[-1])}
         rows.append(row)
         gib = 2**30
         print(
