@@ -522,9 +522,10 @@ class _Scratch:
     """Large buffers of the capture passes of one call, each reused by the next pass.
 
     glibc returns freed blocks above 32 MiB (and large free regions at the top of the heap)
-    to the system, and touching a new allocation costs a page fault per 4 KiB: with fresh
-    buffers for the cut layers' factors and input cotangents, the system time of a CNN's
-    float64 eNTK (the peer benchmark's) was 0.8 of 1.3 s, with these 0.55 of 1.23 s.
+    to the system, and touching a new allocation costs a page fault per 4 KiB. On the peer
+    benchmark's CNN in float64 the system time (page faults) fell from 0.8 of 1.3 s to 0.55 of
+    1.23 s with these buffers and the sequential passes of :func:`_capture_spans` (ad-hoc
+    measurement, 2 threads).
 
     Parameters
     ----------
@@ -986,9 +987,9 @@ def _capture_spans(n: int, chunk: int) -> list[slice]:
 
     The passes run one after another, each on torch's intra-op threads. Running them side by
     side in Python threads instead (each on its own span) was slower or no faster on every
-    model of the peer benchmark on a 2-core CPU (ResNet block float32 0.62 -> 0.55 s, CNN
-    float64 1.29 -> 1.07 s when removed): the passes' convolutions and backward passes are
-    already threaded, and two passes at once share the caches."""
+    model of the peer benchmark on a 2-core CPU (ad hoc, median of 5: ResNet block float32
+    0.63 -> 0.58 s, CNN float64 1.29 -> 1.07 s when removed): the passes' convolutions and
+    backward passes are already threaded, and two passes at once share the caches."""
     count = -(-n // chunk)
     cuts = [n * i // count for i in range(count + 1)]
     return [slice(a, b) for a, b in itertools.pairwise(cuts)]
