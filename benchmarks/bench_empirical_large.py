@@ -163,20 +163,6 @@ def run_case(case: str, n: int, block_size: int) -> dict[str, Any]:
     }
 
 
-def run_facts() -> dict[str, Any]:
-    """When, where and on what code a case ran (UTC time, machine, ntklab commit, torch)."""
-    import platform
-
-    from peers_empirical import _commit
-
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "ntklab_commit": _commit(),
-        "torch": torch.__version__,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
@@ -188,6 +174,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_case(args.child, args.n, args.block_size)), flush=True)
         return
+    from peers_empirical import run_facts
+
     rows = []
     for case in args.cases.split(","):
         cmd = [sys.executable, __file__, "--child", case, "--n", str(args.n)]

@@ -74,29 +74,16 @@ def dispatch(args: argparse.Namespace) -> bool:
     if args.cost_rows:
         wanted = set(args.cost_rows.split(","))
         rows = tuple(r for r in ROWS if f"{r[0]}-{r[1]}-{r[2]}" in wanted)
+    import peers_empirical as peers
+
     results = [
-        {**run_facts(), **measure_row(*row, repeats=args.repeats, limit=args.max_predicted)}
+        {**peers.run_facts(), **measure_row(*row, repeats=args.repeats, limit=args.max_predicted)}
         for row in rows
     ]
     print_table(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return True
-
-
-def run_facts() -> dict[str, Any]:
-    """When, where and on what code a row ran (UTC time, machine, ntklab commit, torch)."""
-    import platform
-
-    import peers_empirical as peers
-
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "ntklab_commit": peers._commit(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
 
 
 def matmul_rate(dtype: torch.dtype, size: int = 1024) -> float:

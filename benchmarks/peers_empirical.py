@@ -587,16 +587,12 @@ def run_peers(args: argparse.Namespace) -> None:
         ]
         results = kept + results
     report = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "ntklab_commit": _commit(),
-        "torch": torch.__version__,
+        **run_facts(),
         "rows": [asdict(r) for r in rows],
         "results": results,
         "references_s": ref_seconds,
         "memory_cap_gib": args.memory_cap_gib,
         "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
         "nngeometry": env_note or "importable",
     }
     table = markdown(report)
@@ -605,6 +601,18 @@ def run_peers(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps(report, indent=2))
     if args.markdown:
         Path(args.markdown).write_text(table)
+
+
+def run_facts() -> dict[str, Any]:
+    """When, where and on what code a run ran: UTC time, machine, ntklab commit, torch and
+    its thread count (recorded by every empirical-NTK benchmark beside its figures)."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "ntklab_commit": _commit(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _commit() -> str:
