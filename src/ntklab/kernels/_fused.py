@@ -36,13 +36,28 @@ The same library carries the fused ``[Conv, Relu]`` chain (:mod:`._conv_source`,
 :mod:`._fused_conv`) and the cotangent loops of the structured empirical NTK
 (:mod:`._cotangent_source`, used by :mod:`ntklab.empirical._compiled_cotangents`).
 
-The cache is keyed by the C source, the compiler command and its version (``cc --version``),
-the flags and the CPU's features, so a change of any of them compiles anew. Next to each
-library lies its SHA-256 (``.so.sha256``), checked before loading: a truncated or replaced file
-is compiled again, never loaded. Compiling is announced once (a WARNING on the ``"ntklab"``
-logger, with the cache folder) and bounded in time by ``$NTKLAB_COMPILE_TIMEOUT`` seconds
-(default 120); a compiler that fails or times out leaves a ``.failed`` marker with its reason,
-so later processes use the eager path at once instead of trying again.
+The cache is keyed by the C source, the compiler (command, the file it runs, its first
+``--version`` line), the flags and the CPU's features, so a change of any of them compiles
+anew. A library is code that runs in this process, so the cache is treated as ssh treats
+``~/.ssh``: the folder is created with mode 0700 and used only when it is owned by the current
+user and not writable by group or others, and every folder above it (as given and with links
+resolved) is owned by the user or root and not writable by others unless sticky (as
+``/tmp``). Otherwise a WARNING names the folder, its owner or mode, and the fix (``chmod 700``
+or another ``$NTKLAB_CACHE``), and the eager path is used (same results), also for an explicit
+``$NTKLAB_CACHE``: the cache never breaks a kernel call. A library is loaded only if it is a
+regular file (not a link) owned by the user and not writable by others, and its SHA-256, with
+the source hash, compiler identity and flags, equals its entry in ``manifest.json``, written
+atomically (a temporary file, fsync, ``os.replace``) by the build in the same private folder;
+the checked file descriptor itself is loaded (``/proc/self/fd``), so the file cannot be
+swapped between check and load. A refused or failed load is logged at WARNING and the
+library is compiled again. Compiling is announced once (a WARNING on the ``"ntklab"`` logger,
+with the cache folder), bounded in time by ``$NTKLAB_COMPILE_TIMEOUT`` seconds per compiler
+command (default 120), and done under a lock (``fcntl.flock`` on ``.lock`` in the folder): one
+process builds, the others wait (at most two compiler timeouts plus a second, then the eager
+path) and load its library. A compiler that fails or times out leaves a ``.failed`` marker
+with its reason and compiler identity, so later processes use the eager path at once; the
+marker expires after ``$NTKLAB_COMPILE_RETRY_AFTER`` seconds (default a day), or with another
+compiler, and the retry is logged at INFO.
 """
 
 from __future__ import annotations
@@ -50,18 +65,25 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import hashlib
+import json
 import logging
 import math
 import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -88,6 +110,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger("ntklab")
+
+fcntl: ModuleType | None
+if sys.platform != "win32":
+    import fcntl
+    import pwd
+else:  # pragma: no cover - no flock on Windows: builds are not serialized there
+    fcntl = None
 
 _DISABLE_ENV = "NTKLAB_DISABLE_FUSED"
 _CACHE_ENV = "NTKLAB_CACHE"
@@ -340,6 +369,9 @@ _OPENMP = ("-fopenmp",)
 
 # --------------------------------------------------------------------------------------------
 # compilation and loading
+#
+# The cache folder is treated as ssh treats ``~/.ssh``: a library is code that runs in this
+# process, so nothing is loaded from a folder that another user could write to.
 
 
 def _compiler() -> str:
@@ -348,7 +380,8 @@ def _compiler() -> str:
 
 def _cache_dir() -> Path:
     env = os.environ.get(_CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "ntklab"
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "ntklab"
+    return Path(os.path.abspath(path))
 
 
 def _cpu_id() -> str:
@@ -372,6 +405,11 @@ def _flag_sets() -> list[tuple[str, ...]]:
 
 _TIMEOUT_ENV = "NTKLAB_COMPILE_TIMEOUT"
 _DEFAULT_TIMEOUT_S = 120.0
+_RETRY_ENV = "NTKLAB_COMPILE_RETRY_AFTER"
+_DEFAULT_RETRY_S = 86400.0
+_MANIFEST = "manifest.json"
+_LOCK = ".lock"
+_MAX_MANIFEST_BYTES = 1 << 20
 
 
 def _compile_timeout() -> float:
@@ -382,6 +420,21 @@ def _compile_timeout() -> float:
     except ValueError:
         value = _DEFAULT_TIMEOUT_S
     return value if value > 0 else _DEFAULT_TIMEOUT_S
+
+
+def _retry_after() -> float:
+    """Seconds a failure marker holds (``$NTKLAB_COMPILE_RETRY_AFTER``, default a day)."""
+    text = os.environ.get(_RETRY_ENV, "")
+    try:
+        value = float(text) if text else _DEFAULT_RETRY_S
+    except ValueError:
+        value = _DEFAULT_RETRY_S
+    return value if value >= 0 and math.isfinite(value) else _DEFAULT_RETRY_S
+
+
+def _lock_wait() -> float:
+    """Seconds to wait for another process's build: its two compiler commands, plus 1 s."""
+    return 2.0 * _compile_timeout() + 1.0
 
 
 def _compiler_version() -> str:
@@ -399,44 +452,298 @@ def _compiler_version() -> str:
     return lines[0] if lines else ""
 
 
-def _library_path(flags: tuple[str, ...]) -> Path:
-    """The cached library for ``flags``: keyed by source, compiler and version, flags, CPU."""
-    key = "\n".join([SOURCE, _compiler(), _compiler_version(), " ".join(flags), _cpu_id()])
+@dataclasses.dataclass(frozen=True)
+class _Compiler:
+    """The compiler's identity: the command (``$CC``), the file it runs, its version."""
+
+    command: str
+    path: str
+    version: str
+
+
+def _compiler_identity() -> _Compiler | None:
+    """The identity of ``$CC`` (``None`` when it is not on ``PATH``)."""
+    cc = shlex.split(_compiler())
+    found = shutil.which(cc[0]) if cc else None
+    if found is None:
+        return None
+    return _Compiler(_compiler(), os.path.realpath(found), _compiler_version())
+
+
+def _library_path(flags: tuple[str, ...], compiler: _Compiler | None = None) -> Path:
+    """The cached library for ``flags``: keyed by source, compiler (command, file, version),
+    flags and CPU."""
+    cc = compiler if compiler is not None else _compiler_identity()
+    ident = [cc.command, cc.path, cc.version] if cc is not None else [_compiler(), "", ""]
+    key = "\n".join([SOURCE, *ident, " ".join(flags), _cpu_id()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return _cache_dir() / f"fused_relu_{digest}.so"
-
-
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _checksum_path(library: Path) -> Path:
-    return library.with_name(library.name + ".sha256")
 
 
 def _failure_path(library: Path) -> Path:
     return library.with_name(library.name + ".failed")
 
 
-def _verified(library: Path) -> bool:
-    """Whether ``library`` exists and matches the checksum written when it was compiled."""
-    check = _checksum_path(library)
-    if not (library.is_file() and check.is_file()):
-        return False
+def _mode(st: os.stat_result) -> str:
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def _owner(uid: int) -> str:
     try:
-        return check.read_text(encoding="ascii").strip() == _file_digest(library)
-    except (OSError, UnicodeDecodeError):
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, NameError):  # an unnamed uid; no pwd module
+        return f"uid {uid}"
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not private (``None``: it is), creating it with mode 0700 if missing.
+
+    Checked, as ssh checks its folder (a missing folder, and any missing above it, is
+    created with mode 0700): the folder (symbolic links resolved) is a directory
+    owned by the current user and not writable by group or others; every folder above it, on
+    the path as given and on the resolved one, is owned by the current user or root and is
+    not writable by group or others unless it has the sticky bit (as ``/tmp``), so nobody
+    else can rename the folder away and put another in its place.
+    """
+    uid = os.geteuid()
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    for path in reversed(missing):  # the folder, and any missing above it, made private
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # whatever the umask
+    real = Path(os.path.realpath(folder))
+    st = os.stat(real)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{real} is not a folder"
+    if st.st_uid != uid:
+        return f"{real} is owned by {_owner(st.st_uid)}, not by you ({_owner(uid)})"
+    if st.st_mode & 0o022:
+        return f"{real} is writable by group or others (mode {_mode(st)})"
+    above = {Path(os.path.realpath(p)) for p in folder.parents} | set(real.parents)
+    for parent in sorted(above):
+        pst = os.stat(parent)
+        if pst.st_uid not in (0, uid):
+            return f"the folder above it, {parent}, is owned by {_owner(pst.st_uid)}"
+        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+            return (
+                f"the folder above it, {parent}, is writable by group or others "
+                f"(mode {_mode(pst)}, no sticky bit)"
+            )
+    return None
+
+
+def _open_private(path: Path) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file (not a symbolic link)
+    owned by the current user and not writable by group or others; else ``PermissionError``
+    (``FileNotFoundError`` when it does not exist)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise PermissionError(f"{path} is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"{path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise PermissionError(f"{path} is owned by {_owner(st.st_uid)}, not by you")
+        if st.st_mode & 0o022:
+            raise PermissionError(f"{path} is writable by group or others (mode {_mode(st)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _fd_digest(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _source_digest() -> str:
+    return hashlib.sha256(SOURCE.encode()).hexdigest()
+
+
+def _entry(digest: str, flags: tuple[str, ...], compiler: _Compiler) -> dict[str, object]:
+    """What the manifest records of one library."""
+    return {
+        "sha256": digest,
+        "source_sha256": _source_digest(),
+        "compiler": dataclasses.asdict(compiler),
+        "flags": list(flags),
+    }
+
+
+def _read_manifest(folder: Path) -> dict[str, object]:
+    """The manifest's entries by library file name (empty when it is missing or refused)."""
+    try:
+        fd = _open_private(folder / _MANIFEST)
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        logger.warning("ignoring the manifest of ntklab's C kernels: %s", err)
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(_MAX_MANIFEST_BYTES + 1)
+    try:
+        manifest = json.loads(data) if len(data) <= _MAX_MANIFEST_BYTES else None
+    except ValueError:
+        manifest = None
+    entries = manifest.get("libraries") if isinstance(manifest, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file, fsync, ``os.replace``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _record(library: Path, entry: dict[str, object]) -> None:
+    """Add ``library``'s entry to the manifest (under the build lock)."""
+    entries = _read_manifest(library.parent)
+    entries[library.name] = entry
+    text = json.dumps({"version": 1, "libraries": entries}, indent=1, sort_keys=True)
+    _write_private(library.parent / _MANIFEST, text + "\n")
+
+
+def _open_library(library: Path, flags: tuple[str, ...], compiler: _Compiler) -> int:
+    """A descriptor of ``library`` once it passed every check; else ``PermissionError``
+    (``FileNotFoundError`` when it does not exist). The checks: :func:`_open_private`, and
+    its SHA-256, source hash, compiler and flags equal to those in the manifest."""
+    fd = _open_private(library)
+    try:
+        entry = _read_manifest(library.parent).get(library.name)
+        if entry is None:
+            raise PermissionError(f"{library} has no entry in {library.parent / _MANIFEST}")
+        if entry != _entry(_fd_digest(fd), flags, compiler):
+            raise PermissionError(
+                f"{library} does not match its entry in {library.parent / _MANIFEST}"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _verified(library: Path, flags: tuple[str, ...] | None = None) -> bool:
+    """Whether ``library`` (built with ``flags``: by default the set whose path it is)
+    would be loaded."""
+    compiler = _compiler_identity()
+    if compiler is None:
         return False
+    if flags is None:
+        flags = next((f for f in _flag_sets() if _library_path(f, compiler) == library), None)
+        if flags is None:
+            return False
+    try:
+        os.close(_open_library(library, flags, compiler))
+    except OSError:
+        return False
+    return True
+
+
+def _load_fd(fd: int, library: Path) -> ctypes.CDLL:
+    """Load the checked file behind ``fd`` itself (not whatever ``library`` names by now)."""
+    proc = f"/proc/self/fd/{fd}"
+    return _declare(ctypes.CDLL(proc if os.path.exists(proc) else str(library)))
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path, wait: float) -> Iterator[None]:
+    """Hold ``folder/.lock`` (``fcntl.flock``), waiting at most ``wait`` seconds for it
+    (``TimeoutError`` after that); no lock where ``fcntl`` does not exist."""
+    if fcntl is None:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(folder / _LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + wait
+        waiting = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waiting:
+                    logger.info("waiting for another process compiling into %s", folder)
+                    waiting = True
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"another process held {folder / _LOCK} for more than {wait:g} s"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _failed_recently(library: Path, compiler: _Compiler, *, announce: bool = True) -> bool:
+    """Whether compiling ``library`` failed less than :func:`_retry_after` seconds ago with
+    this compiler (a marker that is older, unreadable or from another compiler expires, and
+    the retry is announced)."""
+    marker = _failure_path(library)
+    try:
+        age = time.time() - os.lstat(marker).st_mtime
+    except FileNotFoundError:
+        return False
+    ttl = _retry_after()
+    try:
+        fd = _open_private(marker)
+        with os.fdopen(fd, "rb") as f:
+            record = json.loads(f.read(_MAX_MANIFEST_BYTES))
+        same = isinstance(record, dict) and record.get("compiler") == dataclasses.asdict(compiler)
+        reason = str(record.get("reason", "")) if isinstance(record, dict) else ""
+    except (OSError, ValueError):
+        same, reason = False, "unreadable marker"
+    if same and 0 <= age < ttl:
+        logger.debug("compiling %s failed %.0f s ago (%s); not retried yet", library, age, reason)
+        return True
+    if not announce:
+        return False
+    logger.info(
+        "retrying to compile %s: it failed %.0f s ago (%s); failure markers expire after %g s "
+        "(%s) or with another compiler",
+        library.name,
+        age,
+        reason.splitlines()[0] if reason else "no reason recorded",
+        ttl,
+        _RETRY_ENV,
+    )
+    return False
+
+
+def _record_failure(library: Path, compiler: _Compiler, err: BaseException) -> None:
+    record = {"reason": str(err), "compiler": dataclasses.asdict(compiler), "time": time.time()}
+    with contextlib.suppress(OSError):
+        _write_private(_failure_path(library), json.dumps(record) + "\n")
 
 
 def _compile(target: Path, flags: tuple[str, ...]) -> None:
     """Compile ``SOURCE`` to ``target``, atomically (a temporary file, then ``os.replace``),
-    and write its checksum beside it. Each compiler command is bounded by
-    :func:`_compile_timeout`."""
-    cc = shlex.split(_compiler())
-    if not cc or shutil.which(cc[0]) is None:
+    and record it in the manifest. Each compiler command is bounded by
+    :func:`_compile_timeout`. The caller holds the build lock."""
+    compiler = _compiler_identity()
+    if compiler is None:
         raise FileNotFoundError(f"no C compiler {_compiler()!r} on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    cc = shlex.split(compiler.command)
     timeout = _compile_timeout()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         src, obj, lib = Path(tmp, "fused_relu.c"), Path(tmp, "fused_relu.o"), Path(tmp, "lib.so")
@@ -456,10 +763,14 @@ def _compile(target: Path, flags: tuple[str, ...]) -> None:
                 ) from None
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
-        check = Path(tmp, "lib.so.sha256")
-        check.write_text(_file_digest(lib) + "\n", encoding="ascii")
+        os.chmod(lib, 0o700)  # whatever the umask
+        with open(lib, "rb") as f:
+            os.fsync(f.fileno())
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
         os.replace(lib, target)
-        os.replace(check, _checksum_path(target))
+    _record(target, _entry(digest, flags, compiler))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_failure_path(target))
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -499,37 +810,100 @@ class _Loader:
     def get(self) -> ctypes.CDLL | None:
         with self._lock:
             if not self._done:
-                self._lib = self._load()
+                try:
+                    self._lib = self._load()
+                except Exception as err:  # the cache must never break a kernel call
+                    logger.warning("ntklab's C kernels unavailable (eager path used): %s", err)
+                    self._lib = None
                 self._done = True
             return self._lib
 
     @staticmethod
     def _load() -> ctypes.CDLL | None:
+        compiler = _compiler_identity()
+        if compiler is None:
+            logger.debug("fused ReLU kernel unavailable: no C compiler %r on PATH", _compiler())
+            return None
+        folder = _cache_dir()
+        try:
+            problem = _folder_problem(folder)
+        except OSError as err:
+            problem = f"{folder} cannot be used ({err})"
+        if problem is not None:
+            logger.warning(
+                "not using the cache of ntklab's C kernels: %s. Nothing is loaded from a "
+                "folder that others could write to; the eager torch path is used (same "
+                "results, slower). Fix: `chmod 700 %s` (owned by you), or point %s at a "
+                "private folder",
+                problem,
+                folder,
+                _CACHE_ENV,
+            )
+            return None
         announced = False
         for flags in _flag_sets():
-            path: Path | None = None
+            path = _library_path(flags, compiler)
+            try:  # the common case: built and checked
+                fd = _open_library(path, flags, compiler)
+            except OSError:
+                pass  # missing or refused: looked at again (and reported) under the lock
+            else:
+                lib = _Loader._load_checked(fd, path)
+                if lib is not None:
+                    return lib
+                continue
+            if _failed_recently(path, compiler):
+                continue
             try:
-                path = _library_path(flags)
-                if _failure_path(path).exists():
-                    logger.debug("fused kernel with flags %s failed before; see %s", flags, path)
-                    continue
-                if not _verified(path):
+                with _build_lock(folder, _lock_wait()):
+                    try:  # another process may have built it meanwhile
+                        fd = _open_library(path, flags, compiler)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as err:
+                        logger.warning("not loading %s: %s; compiling it again", path, err)
+                    else:
+                        lib = _Loader._load_checked(fd, path)
+                        if lib is not None:
+                            return lib
+                        continue
+                    if _failed_recently(path, compiler, announce=False):
+                        continue  # another process failed meanwhile
                     if not announced:
                         logger.warning(
                             "compiling ntklab's C kernels once into %s (at most %g s "
                             "per step; the eager path is used if it fails)",
-                            path.parent,
+                            folder,
                             _compile_timeout(),
                         )
                         announced = True
-                    _compile(path, flags)
-                return _declare(ctypes.CDLL(str(path)))
-            except Exception as err:  # no compiler, a failed build, an unwritable cache, ...
-                logger.debug("fused ReLU kernel with flags %s unavailable: %s", flags, err)
-                if path is not None and isinstance(err, RuntimeError | TimeoutError):
-                    with contextlib.suppress(OSError):
-                        _failure_path(path).write_text(str(err), encoding="utf-8")
+                    try:
+                        _compile(path, flags)
+                    except (RuntimeError, TimeoutError) as err:
+                        logger.debug("fused ReLU kernel with flags %s failed: %s", flags, err)
+                        _record_failure(path, compiler, err)
+                        continue
+                    fd = _open_library(path, flags, compiler)
+            except TimeoutError as err:
+                logger.warning("not waiting longer (eager path used): %s", err)
+                return None
+            except OSError as err:
+                logger.warning("fused ReLU kernel with flags %s unavailable: %s", flags, err)
+                continue
+            lib = _Loader._load_checked(fd, path)
+            if lib is not None:
+                return lib
         return None
+
+    @staticmethod
+    def _load_checked(fd: int, path: Path) -> ctypes.CDLL | None:
+        try:
+            return _load_fd(fd, path)
+        except (OSError, AttributeError) as err:
+            logger.warning("loading %s failed (eager path used): %s", path, err)
+            return None
+        finally:
+            os.close(fd)
 
 
 _loader = _Loader()
