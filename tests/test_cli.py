@@ -25,6 +25,7 @@ from ntklab.experiments import (
     RunResult,
 )
 from ntklab.experiments.fingerprint import code_fingerprint
+from ntklab.experiments.result import content_digest
 
 
 @pytest.fixture(autouse=True)
@@ -304,6 +305,7 @@ def test_reuse_any_reuses_a_run_made_by_other_code_and_labels_it(tmp_path: Path)
     run_dir.rename(old_dir)
     data = json.loads((old_dir / "result.json").read_text())
     data["run_key"], data["code"]["digest"] = old_key, old_digest
+    data["content_digest"] = content_digest(data)  # as that code would have sealed it
     (old_dir / "result.json").write_text(json.dumps(data))
 
     reused = invoke(*args, "--reuse-any")
@@ -398,3 +400,27 @@ def test_smoke_has_its_own_style(tmp_path: Path) -> None:
     assert smoke.exit_code == 0 and judged.exit_code == 0
     assert smoke.stdout.startswith("\x1b[1;36mSMOKE (smoke run, not judged)")  # bold cyan
     assert judged.stdout.startswith("\x1b[1;32mPASS")  # bold green
+
+
+@pytest.mark.parametrize("second", ["n=9", "n = 9", "n=8"])
+def test_a_key_set_twice_is_refused_naming_it(tmp_path: Path, second: str) -> None:
+    result = invoke("run", "fake-pass", "--set", "n=8", "--set", second, "--out", str(tmp_path))
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "--set n: expected each key at most once, received 'n=8' and" in text
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_key_set_twice_under_two_spellings_is_refused(tmp_path: Path) -> None:
+    result = invoke(
+        "run",
+        "fake-pass",
+        "--set",
+        "scale_factor=2",
+        "--set",
+        "scale-factor=3",
+        "--out",
+        str(tmp_path),
+    )
+    assert result.exit_code == 2
+    assert "--set scale-factor: expected each key at most once" in " ".join(result.output.split())

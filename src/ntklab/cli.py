@@ -1,11 +1,13 @@
-"""The ``ntklab`` command: list, show, run and reproduce the experiments; table and report
-the committed results.
+"""The ``ntklab`` command: list, show, run and reproduce the experiments; table, report and
+verify the committed results.
 
 Exit codes: 0 when every verdict is PASS or SMOKE (a ``tiny`` run, not judged); 1 when a
-verdict is FAIL or ERROR or a run or its report could not be written; 2 on usage errors
-(unknown experiment or scale, a ``--set`` or scale value that breaks the config's rules,
-unwritable ``--out``), reported in one line on stderr without a traceback, before anything is
-computed.
+verdict is FAIL or ERROR or a run or its report could not be written, when ``table`` or
+``report`` refused a result (tampered, damaged, or a verdict that does not follow from its
+metrics), and when ``verify`` found any problem; 2 on usage errors (unknown experiment or
+scale, a ``--set`` or scale value that breaks the config's rules, a key set twice, unwritable
+``--out``, a results folder that does not exist), reported in one line on stderr without a
+traceback, before anything is computed.
 
 Tables keep their full width when the output is a file or a pipe (rich's 80 columns apply
 only to terminals, whose width is used).
@@ -39,6 +41,7 @@ from ntklab.errors import NtklabError
 
 if TYPE_CHECKING:
     from ntklab.experiments import Experiment, RunResult
+    from ntklab.experiments.result import ResultCheck
 
 __all__ = ["app", "main"]
 
@@ -56,7 +59,7 @@ _BAD_VERDICTS = frozenset({"FAIL", "ERROR"})
 _PIPE_WIDTH = 100_000
 
 #: The ``ntklab`` command line (a :class:`typer.Typer`): ``list``, ``show``, ``run``,
-#: ``reproduce``, ``table`` and ``report``; :func:`main` runs it.
+#: ``reproduce``, ``table``, ``report`` and ``verify``; :func:`main` runs it.
 app = typer.Typer(
     name="ntklab",
     help="Reproducible experiments on Neural Tangent Kernel theory.",
@@ -429,19 +432,14 @@ def run_command(
 ) -> None:
     """Run one experiment; print its verdict, metrics, run key and run folder, and write its
     report (report.html, report.md) in the run folder."""
-    from ntklab.experiments import (
-        get_experiment,
-        parse_set_options,
-        resolve_config,
-        run_experiment,
-    )
+    from ntklab.experiments import get_experiment, resolve_config, run_experiment
     from ntklab.experiments.placement import check_dtype, dtype_overrides
     from ntklab.experiments.runner import check_experiment_device
 
     try:
         if dtype is not None:
             check_dtype(dtype)
-        overrides = parse_set_options(set_ or [])
+        overrides = _set_options(set_ or [])
         dev = check_experiment_device(get_experiment(name), device)
         if scheduler is not None or workers is not None:
             if reuse_any:
@@ -527,6 +525,47 @@ def _commit(result: RunResult, root: Path, console: Console) -> None:
     console.print(Text(f"committed: {commit_result(result, root)}"))
 
 
+def _set_options(items: Sequence[str]) -> dict[str, str]:
+    """``--set`` items as overrides, refusing a key set twice (``n=1`` and ``n=2``, or
+    ``n-train=1`` and ``n_train=2``): which one was meant cannot be told."""
+    from ntklab.errors import NtklabValueError
+    from ntklab.experiments import parse_set_options
+
+    first: dict[str, str] = {}
+    for item in items:
+        key = item.partition("=")[0].strip()
+        same = key.replace("-", "_")
+        if key and same in first:
+            raise NtklabValueError(
+                f"--set {key}: expected each key at most once, received {first[same]!r} "
+                f"and {item!r}"
+            )
+        first[same] = item
+    return parse_set_options(items)
+
+
+def _print_problems(checks: Sequence[ResultCheck], command: str) -> bool:
+    """Print one line on stderr per result that is not valid; True when one is refused
+    (tampered, damaged or inconsistent)."""
+    err = _stderr()
+    for check in checks:
+        if check.status == "valid":
+            continue
+        style = "red" if check.refused else "yellow"
+        label = "refused" if check.refused else "note"
+        err.print(Text(f"{label}: ", style=f"bold {style}") + Text(check.line(), style=style))
+    refused = [c for c in checks if c.refused]
+    if refused:
+        err.print(
+            Text(
+                f"error: {command}: {len(refused)} result(s) refused (not tabled); "
+                "`ntklab verify` lists every problem",
+                style="bold red",
+            )
+        )
+    return bool(refused)
+
+
 @app.command("table")
 def table_command(
     results: Annotated[
@@ -542,21 +581,30 @@ def table_command(
     ] = None,
 ) -> None:
     """Print the claims table made from the committed results (Markdown), or write it into
-    FILE between its claims-table markers."""
-    from ntklab.report.claims import claims_table, replace_table
+    FILE between its claims-table markers.
+
+    Every result is checked as it is read (digest, format, verdict judged again): a stale
+    one is shown as stale, a tampered, damaged or inconsistent one as refused, each with a
+    line on stderr; the command then exits 1 (after writing the table)."""
+    from ntklab.report.claims import claim_rows, render_claims_table, replace_table
 
     try:
-        table = claims_table(results)
-        if write is None:
-            sys.stdout.write(table)
-            return
-        text = replace_table(write.read_text(encoding="utf-8"), table)
+        rows = claim_rows(results)
+        table = render_claims_table(rows)
+        text = None
+        if write is not None:
+            text = replace_table(write.read_text(encoding="utf-8"), table)
     except NtklabError as exc:
         _usage_error(str(exc))
     except OSError as exc:
         _usage_error(f"--write: cannot read {str(write)!r} ({exc.strerror or exc})")
-    write.write_text(text, encoding="utf-8")
-    _stdout().print(Text(f"claims table written to {write}"))
+    if write is None or text is None:
+        sys.stdout.write(table)
+    else:
+        write.write_text(text, encoding="utf-8")
+        _stdout().print(Text(f"claims table written to {write}"))
+    if _print_problems([c for row in rows for c in row.checks.values()], "table"):
+        raise typer.Exit(1)
 
 
 @app.command("report")
@@ -579,10 +627,13 @@ def report_command(
     """Write the claims report of the committed results: index.html (and index.md) with the
     quick and paper scale side by side, and one page per claim (reported figure, quick and
     paper results, all metrics, figures when the run folders are in --runs)."""
+    from ntklab.experiments import list_experiments
     from ntklab.experiments.fingerprint import code_fingerprint
     from ntklab.report.claim_pages import write_claims_report
+    from ntklab.report.claims import check_committed
 
     try:
+        checks = check_committed(results, list_experiments())
         written = write_claims_report(
             results, out, runs_root=runs, current_code=code_fingerprint().digest
         )
@@ -592,6 +643,57 @@ def report_command(
         _stderr().print(Text(f"error: could not write the claims report: {exc}", style="red"))
         raise typer.Exit(1) from None
     _stdout().print(Text(f"claims report: {written[0]} ({len(written) // 2 - 1} claim pages)"))
+    if _print_problems(list(checks.values()), "report"):
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+def verify_command(
+    results: Annotated[
+        Path,
+        typer.Argument(help="Folder of results: committed results, run folders, or both."),
+    ] = Path("results"),
+) -> None:
+    """Check every result under RESULTS: its content digest, its format, and its verdict
+    and criterion judged again by the current code from its metrics and config.
+
+    Prints one line per problem (file, what, expected vs found) and exits 1 when there is
+    one (a result that is tampered, damaged, inconsistent, unsealed, or stale: judged by
+    another criterion than today's; a stale result kept in a folder named ``history`` is
+    not a problem); prints a summary and exits 0 when every result checks out."""
+    from ntklab.report.claims import check_folder
+
+    try:
+        checks = check_folder(results)
+    except NtklabError as exc:
+        _usage_error(str(exc))
+    history = [
+        c
+        for c in checks
+        if c.status == "stale" and "history" in c.path.relative_to(results).parts[:-1]
+    ]
+    problems = [c for c in checks if c.status != "valid" and c not in history]
+    err = _stderr()
+    for check in problems:
+        err.print(Text(check.line(), style="red"))
+    counts: dict[str, int] = {}
+    for check in checks:
+        counts[check.status] = counts.get(check.status, 0) + 1
+    tally = ", ".join(f"{n} {status}" for status, n in counts.items())
+    kept = f" ({len(history)} stale kept as history)" if history else ""
+    if not checks:
+        err.print(Text(f"error: verify: no result files under {results}", style="bold red"))
+        raise typer.Exit(1)
+    if problems:
+        err.print(
+            Text(
+                f"{len(problems)} problem(s) in {len(checks)} results under {results}: "
+                f"{tally}{kept}",
+                style="bold red",
+            )
+        )
+        raise typer.Exit(1)
+    _stdout().print(Text(f"{len(checks)} results under {results} verified: {tally}{kept}"))
 
 
 def _select(only: Sequence[str]) -> list[Experiment]:

@@ -27,6 +27,7 @@ from ntklab.experiments import (
     run_experiment,
 )
 from ntklab.experiments import result as result_module
+from ntklab.experiments import runner as runner_module
 from ntklab.experiments.fingerprint import CodeFingerprint, code_fingerprint, run_key
 
 RESULT_KEYS = {
@@ -55,6 +56,7 @@ RESULT_KEYS = {
     "figures",
     "arrays",
     "error",
+    "content_digest",
 }
 
 
@@ -422,14 +424,45 @@ def test_stale_temporary_folders_are_removed_at_the_next_start(tmp_path: Path) -
     dead_pid = int(dead.stdout)
     folder = tmp_path / "fake-stale"
     folder.mkdir()
-    stale = folder / f".tiny-abc.tmp-{dead_pid}-xyz"
+    host = runner_module._host_name()
+    stale = folder / f".tiny-abc.tmp-{dead_pid}@{host}-xyz"
     stale.mkdir()
     (stale / "half.png").write_bytes(b"x")
-    alive = folder / f".tiny-abc.tmp-{os.getpid()}-xyz"
+    alive = folder / f".tiny-abc.tmp-{os.getpid()}@{host}-xyz"
     alive.mkdir()  # a run of a live process (this one) is left alone
     run_experiment(fake_experiment("fake-stale"), "tiny", out_root=tmp_path)
     assert not stale.exists()
     assert alive.exists()
+
+
+def test_temporary_folders_of_another_host_are_never_removed(tmp_path: Path) -> None:
+    """With a shared --out (--scheduler), a process id of another host means nothing here:
+    that host's live run folder must survive, whatever runs here under that id."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    folder = tmp_path / "fake-shared"
+    folder.mkdir()
+    other = folder / f".tiny-abc.tmp-{int(dead.stdout)}@another-host.example-xyz12345"
+    other.mkdir()
+    (other / "half.png").write_bytes(b"x")
+    legacy = folder / f".tiny-abc.tmp-{int(dead.stdout)}-xyz"  # no host: who knows whose
+    legacy.mkdir()
+    result = run_experiment(fake_experiment("fake-shared"), "tiny", out_root=tmp_path)
+    assert other.exists() and (other / "half.png").exists()
+    assert legacy.exists()
+    # the folder this run used named this host, and was renamed into place
+    assert result.run_dir.is_dir()
+    assert runner_module._temp_owner(f".x.tmp-12@{runner_module._host_name()}-ab_9") == (
+        12,
+        runner_module._host_name(),
+    )
 
 
 def test_sigterm_during_a_run_leaves_no_temporary_folder(tmp_path: Path) -> None:

@@ -44,10 +44,15 @@ class Committed:
 def committed(tmp_path_factory: pytest.TempPathFactory) -> Committed:
     """fake-both: quick PASS and paper FAIL; fake-quick: quick only; fake-none: nothing."""
     tmp = tmp_path_factory.mktemp("claims")
-    both = _experiment("fake-both", "Z1")
+    passes, fails = _experiment("x", "Z9").judge, _experiment("x", "Z9", passed=False).judge
+    # its judge fails the paper scale (n = 64), so that both verdicts follow from the judge
+    both = dataclasses.replace(
+        _experiment("fake-both", "Z1"),
+        judge=lambda config, metrics: (fails if config.n >= 64 else passes)(config, metrics),
+    )
     quick_only = _experiment("fake-quick", "Z2")
     none = _experiment("fake-none", "Z3")
-    both_paper = dataclasses.replace(both, judge=_experiment("x", "Z9", passed=False).judge)
+    both_paper = both
     results = {
         ("fake-both", "quick"): run_experiment(both, "quick", out_root=tmp / "runs"),
         ("fake-both", "paper"): run_experiment(both_paper, "paper", out_root=tmp / "runs"),
@@ -244,5 +249,6 @@ def test_report_command(committed: Committed, tmp_path: Path) -> None:
         (bad / "quick").mkdir(parents=True)
         (bad / "quick" / "fake-both.json").write_text("{}")
         result = CliRunner().invoke(app, ["report", str(bad), "--out", str(out)])
-        assert result.exit_code == 2
+        assert result.exit_code == 1  # a damaged result is refused (not tabled), not a usage error
+        assert "fake-both.json: damaged: schema_version" in " ".join(result.output.split())
         assert "Traceback" not in result.output

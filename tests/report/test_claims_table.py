@@ -38,7 +38,7 @@ def test_committed_results_are_tabled_with_the_reported_figure(tmp_path: Path) -
     assert commit_result(quick, root) == root / "quick" / "fake-good.json"
     assert (root / "quick" / "fake-good.json").stat().st_mode & 0o777 == 0o644
     commit_result(paper, root)
-    back = read_committed(root)
+    back = read_committed(root, [good, bad])
     assert set(back) == {("fake-good", "quick"), ("fake-bad", "paper")}
     assert back[("fake-good", "quick")].metrics == quick.metrics
     lines = claims_table(root, [good, bad]).splitlines()
@@ -95,8 +95,9 @@ def test_a_paper_scale_cost_stands_in_for_a_missing_paper_run(tmp_path: Path) ->
 
 def test_every_experiment_states_its_paper_scale() -> None:
     """What the README promises: each claim's paper scale either ran (its result is
-    committed under results/paper/) or states what it would take, and its module docstring
-    has a "Paper scale" paragraph with the measured time or cost."""
+    committed under results/paper/, or under results/history/paper/ when it ran under the
+    criterion before the current one and awaits its rerun) or states what it would take, and
+    its module docstring has a "Paper scale" paragraph with the measured time or cost."""
     import sys
 
     from ntklab.experiments import list_experiments
@@ -104,6 +105,7 @@ def test_every_experiment_states_its_paper_scale() -> None:
     results = Path(__file__).resolve().parents[2] / "results" / "paper"
     for exp in list_experiments():
         committed = (results / f"{exp.name}.json").exists()
+        committed |= (results.parent / "history" / "paper" / f"{exp.name}.json").exists()
         assert committed or exp.paper_scale_cost, exp.name
         doc = sys.modules[exp.measure.__module__].__doc__ or ""
         assert "Paper scale" in doc, exp.name
@@ -125,3 +127,37 @@ def test_a_result_of_another_config_says_what_it_ran_with(tmp_path: Path) -> Non
     commit_result(current, root)
     row = next(line for line in claims_table(root, [exp]).splitlines() if "fake-changed" in line)
     assert "ran with" not in row
+
+
+def _with_criterion(name: str, passed: bool, criterion: str, change: str = ""):  # type: ignore[no-untyped-def]
+    base = _experiment(name, passed=passed)
+
+    def judge(config, metrics):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(base.judge(config, metrics), criterion=criterion)
+
+    return dataclasses.replace(base, judge=judge, criterion_change=change)
+
+
+def test_a_changed_criterion_keeps_the_previous_verdict_beside_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """Committing a result judged by a new criterion moves the old one to history/; the
+    table shows the new verdict and, beside it, the old one with the reason for the change.
+    A rerun under the same criterion replaces the result and keeps no history."""
+    root = tmp_path / "results"
+    old = _with_criterion("fake-crit", False, "value below n")
+    commit_result(run_experiment(old, "quick", out_root=tmp_path / "a"), root)
+    same = run_experiment(old, "quick", out_root=tmp_path / "b", force=True)
+    commit_result(same, root)
+    assert not (root / "history").exists()  # same criterion: replaced, no history
+
+    why = "2026-12-04: the old criterion did not test the claim"
+    new = _with_criterion("fake-crit", True, "value equals n", why)
+    commit_result(run_experiment(new, "quick", out_root=tmp_path / "c"), root)
+    kept = root / "history" / "quick" / "fake-crit.json"
+    assert kept.is_file()
+    row = next(line for line in claims_table(root, [new]).splitlines() if "fake-crit" in line)
+    assert "value 8 [7, 9]; **PASS**; previously **FAIL** under an earlier criterion" in row
+    assert why in row
+    # the current result is judged by the current criterion, the previous one is history
+    assert read_committed(root, [new])[("fake-crit", "quick")].verdict == "PASS"

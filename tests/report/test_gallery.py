@@ -87,15 +87,18 @@ def test_a_scale_without_committed_result_states_its_measured_cost() -> None:
 
 
 def test_the_table_reads_the_folder_it_is_given(tmp_path: Path) -> None:
-    # the committed quick result of double-descent, its verdict inverted, in another folder
+    # the committed quick result of double-descent alone in another folder: its verdict, and
+    # no paper run; the same file with its verdict inverted is refused (its digest breaks)
     data = json.loads((RESULTS / "quick" / "double-descent.json").read_text())
-    flipped = {"PASS": "FAIL", "FAIL": "PASS"}[data["verdict"]]
-    data["verdict"] = flipped
     (tmp_path / "quick").mkdir()
     (tmp_path / "quick" / "double-descent.json").write_text(json.dumps(data))
     table = gallery.claim_table("double-descent", tmp_path)
-    assert table.cell("Verdict", "Quick scale") == flipped
+    assert table.cell("Verdict", "Quick scale") == data["verdict"]
     assert table.cell("Verdict", "Paper scale") == "not run"
+    data["verdict"] = {"PASS": "FAIL", "FAIL": "PASS"}[data["verdict"]]
+    (tmp_path / "quick" / "double-descent.json").write_text(json.dumps(data))
+    flipped = gallery.claim_table("double-descent", tmp_path)
+    assert flipped.cell("Verdict", "Quick scale").startswith("refused: tampered")
     with pytest.raises(NtklabValueError, match="label"):
         table.cell("no such row", "Quick scale")
 

@@ -24,6 +24,7 @@ from .base import (
     metrics_by_name,
     metrics_from_values,
     no_progress,
+    verdict_of,
 )
 from .config import config_hash, parse_set_options, resolve_config
 from .registry import get_experiment, list_experiments, register, unregister
@@ -82,4 +83,5 @@ __all__ = [
     "run_dir_for",
     "run_experiment",
     "unregister",
+    "verdict_of",
 ]

@@ -75,6 +75,7 @@ __all__ = [
     "metrics_by_name",
     "metrics_from_values",
     "no_progress",
+    "verdict_of",
 ]
 
 #: ``progress(fraction, message)``: fraction of the run done, in [0, 1], and what is happening.
@@ -235,6 +236,8 @@ class Outcome:
         for the experiment's general :attr:`Experiment.criterion`.
     dataset : str
         The data set measured on (from :class:`Measurement`); empty for the experiment's.
+    controls_failed : tuple of str
+        The controls that did not come out as known (from :class:`Judgement`).
     """
 
     metrics: tuple[Metric, ...]
@@ -249,8 +252,10 @@ class Outcome:
     dtype_field: str | None = None
     fixed_dtype: Literal["float32", "float64"] = "float64"
     uses_device: bool = False
+    controls_failed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "controls_failed", _as_lines(self.controls_failed))
         metrics = tuple(self.metrics)
         for i, metric in enumerate(metrics):
             if not isinstance(metric, Metric):
@@ -396,11 +401,18 @@ class Judgement:
     criterion : str
         The criterion as applied, rendered from the config that ran (its grid, its
         thresholds), e.g. ``"slope in [-2.1, -1.9] for depths 1, 3"``.
+    controls_failed : tuple of str
+        One line per control that did not come out as known (a control runs the same
+        estimator on an input whose answer is known, e.g. labels built with a known slope).
+        When any control fails, the estimator cannot be trusted on the real input either:
+        the run's verdict is ERROR ("the estimator failed its control"), neither PASS nor
+        FAIL, whatever ``passed`` says (see :func:`verdict_of`).
     """
 
     passed: bool
     summary: str
     criterion: str
+    controls_failed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passed", _as_bool(self.passed, "Judgement passed"))
@@ -409,6 +421,34 @@ class Judgement:
                 raise NtklabTypeError(
                     f"Judgement {name}: expected str, received {type(getattr(self, name)).__name__}"
                 )
+        object.__setattr__(self, "controls_failed", _as_lines(self.controls_failed))
+
+
+def _as_lines(value: object) -> tuple[str, ...]:
+    """A tuple of str from a str (one line) or an iterable of str, or a clear error."""
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, tuple | list) or not all(isinstance(v, str) for v in items):
+        raise NtklabTypeError(
+            f"controls_failed: expected a tuple of str, received {type(value).__name__} "
+            f"{value!r:.80}"
+        )
+    return tuple(items)
+
+
+def verdict_of(passed: bool, controls_failed: tuple[str, ...], scale: str) -> str:
+    """The verdict of a judged run: ``"ERROR"`` when a control failed at a judged scale,
+    else ``"PASS"``/``"FAIL"`` from ``passed`` at a judged scale, ``"SMOKE"`` elsewhere.
+
+    >>> verdict_of(True, (), "quick"), verdict_of(True, ("noise slope 0.4",), "quick")
+    ('PASS', 'ERROR')
+    >>> verdict_of(False, ("noise slope 0.4",), "tiny")
+    'SMOKE'
+    """
+    if scale not in JUDGED_SCALES:
+        return "SMOKE"
+    if controls_failed:
+        return "ERROR"
+    return "PASS" if passed else "FAIL"
 
 
 def arrays_as_numpy(
@@ -559,6 +599,11 @@ class Experiment:
     uses_device : bool
         Whether ``measure`` creates its tensors on :attr:`RunContext.device`; only ``cpu``
         is accepted for ``--device`` otherwise.
+    criterion_change : str
+        When the criterion last changed and why, in one line (``"2026-12-04: ..."``; empty
+        when it never did). The claims table shows it beside the previous verdict, the
+        result judged by the earlier criterion (kept under ``results/history/``). A criterion
+        changes because it did not test the claim, never because of the figure it produced.
     """
 
     name: str
@@ -577,6 +622,7 @@ class Experiment:
     dtype_field: str | None = None
     fixed_dtype: Literal["float32", "float64"] = "float64"
     uses_device: bool = False
+    criterion_change: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -646,6 +692,7 @@ class Experiment:
             notes=measurement.notes,
             criterion=judgement.criterion,
             dataset=measurement.dataset,
+            controls_failed=judgement.controls_failed,
         )
 
     @property

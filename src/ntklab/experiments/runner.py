@@ -5,14 +5,17 @@ where ``<key>`` is :func:`~ntklab.experiments.fingerprint.run_key`: the hash of 
 together with the fingerprint of the code that runs it. The runner
 
 1. resolves the config and checks that ``out_root`` can be written (before running);
-2. returns the existing run if its ``result.json`` is valid, unless ``force`` (resume). A run
+2. returns the existing run if its ``result.json`` is valid, unless ``force`` (resume): sealed,
+   and judged again by the current judge to the verdict it records
+   (:func:`~ntklab.experiments.result.check_result_file`; anything else is recomputed). A run
    made by other code lies in another folder and is not reused (it is kept, not
    overwritten), unless ``reuse_any``: then the newest finished run of the same config is
    returned, labelled ``other_code``;
 3. runs the experiment in a temporary sibling folder, with torch's global RNG seeded from the
    config (and restored afterwards), timing it and catching its exceptions (verdict ERROR);
    SIGINT and SIGTERM remove the temporary folder, and temporary folders left by killed
-   processes are removed at the next start;
+   processes of the same host are removed at the next start (the folder's name holds the
+   process id and the host name, so a shared ``--out`` never loses another host's live run);
 4. saves the figures (PNG, dpi 120) and arrays (``arrays.npz``), writes ``result.json``, and
    renames the folder into place: a crash never leaves a half-written run folder.
 
@@ -26,8 +29,10 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -42,18 +47,18 @@ from typing import TYPE_CHECKING, Any
 from ntklab.errors import NtklabValueError
 
 from .base import (
-    JUDGED_SCALES,
     Experiment,
     ExperimentConfig,
     Outcome,
     ProgressCallback,
     RunContext,
+    verdict_of,
 )
 from .config import config_hash, resolve_config
 from .fingerprint import code_fingerprint, run_key
 from .placement import device_tag, dtype_overrides, resolve_device
 from .registry import get_experiment
-from .result import RESULT_FILE, RunResult, collect_versions
+from .result import RESULT_FILE, RunResult, check_result_file, collect_versions
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +89,13 @@ def run_dir_for(
 
 
 _TEMP_MARK = ".tmp-"
+_HOST_MARK = "@"
+
+
+def _host_name() -> str:
+    """This machine's name as it appears in a temporary folder's name (``[A-Za-z0-9._-]``)."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "unknown-host")
+    return host[:64] or "unknown-host"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -96,21 +108,45 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temp_dirs(folder: Path) -> tuple[Path, ...]:
-    """Remove the temporary run folders in ``folder`` whose process no longer runs.
+def _temp_owner(name: str) -> tuple[int, str] | None:
+    """``(pid, host)`` of a temporary folder named ``.<run>.tmp-<pid>@<host>-<random>``;
+    None for any other name (a folder of an older ntklab without the host is one)."""
+    if not name.startswith(".") or _TEMP_MARK not in name:
+        return None
+    owner = name.split(_TEMP_MARK, 1)[1]
+    pid_text, at, rest = owner.partition(_HOST_MARK)
+    host = rest.rsplit("-", 1)[0]  # mkdtemp's random suffix has no "-"
+    if not at or not pid_text.isdigit() or not host or "-" not in rest:
+        return None
+    return int(pid_text), host
 
-    A temporary folder is named ``.<run>.tmp-<pid>-<random>``; a process killed by SIGKILL
-    (or a machine that went down) leaves one behind. Returns the folders removed.
+
+def remove_stale_temp_dirs(folder: Path) -> tuple[Path, ...]:
+    """Remove the temporary run folders in ``folder`` left by dead processes of this host.
+
+    A temporary folder is named ``.<run>.tmp-<pid>@<host>-<random>``; a process killed by
+    SIGKILL (or a machine that went down) leaves one behind. It is removed only when
+    ``<host>`` is this machine's name and no process ``<pid>`` runs here: with a shared
+    ``--out`` (``--scheduler``), another host's folder is never touched, since its process
+    id means nothing here. A folder of another host (or of an older ntklab, without the
+    host in its name) is left in place and logged; remove it by hand once its run is known
+    to be dead. Returns the folders removed.
     """
     removed = []
     if not folder.is_dir():
         return ()
+    host = _host_name()
     for child in folder.iterdir():
-        name = child.name
-        if not (name.startswith(".") and _TEMP_MARK in name and child.is_dir()):
+        owner = _temp_owner(child.name)
+        if owner is None or not child.is_dir():
+            if child.name.startswith(".") and _TEMP_MARK in child.name and child.is_dir():
+                logger.info("keeping temporary run folder %s (no host in its name)", child)
             continue
-        pid_text = name.split(_TEMP_MARK, 1)[1].split("-", 1)[0]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != 0:
+        pid, owner_host = owner
+        if owner_host != host:
+            logger.info("keeping temporary run folder %s of host %s", child, owner_host)
+            continue
+        if pid != 0 and _pid_alive(pid):
             continue
         shutil.rmtree(child, ignore_errors=True)
         removed.append(child)
@@ -153,7 +189,7 @@ def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temp_dirs(run_dir.parent)
-        prefix = f".{run_dir.name}{_TEMP_MARK}{os.getpid()}-"
+        prefix = f".{run_dir.name}{_TEMP_MARK}{os.getpid()}{_HOST_MARK}{_host_name()}-"
         temp = Path(tempfile.mkdtemp(prefix=prefix, dir=run_dir.parent))
         temp.chmod(0o755)  # mkdtemp creates 0700; run folders are meant to be shared
         return temp
@@ -163,17 +199,22 @@ def _make_temp_dir(out_root: Path, run_dir: Path) -> Path:
 
 
 def _load_reusable(
-    run_dir: Path, config: ExperimentConfig, device: str = "cpu"
+    run_dir: Path, experiment: Experiment, config: ExperimentConfig, device: str = "cpu"
 ) -> RunResult | None:
-    """The finished run in ``run_dir`` if there is a valid one for ``config`` on ``device``."""
+    """The finished run in ``run_dir`` if there is a valid one for ``config`` on ``device``.
+
+    The file is checked as every reader checks it (:func:`~.result.check_result_file`): only
+    a sealed result whose verdict the current judge gives again on its metrics is reused; a
+    tampered, damaged, unsealed, stale or inconsistent one is recomputed (and replaced).
+    """
     path = run_dir / RESULT_FILE
     if not path.is_file():
         return None
-    try:
-        result = RunResult.from_json(path)
-    except (OSError, NtklabValueError) as exc:
-        logger.warning("ignoring unreadable %s, rerunning: %s", path, exc)
+    check = check_result_file(path, experiment)
+    if check.status != "valid" or check.result is None:
+        logger.warning("not reusing %s, rerunning: %s", path, check.line())
         return None
+    result = check.result
     if result.verdict == "ERROR":
         logger.info("previous run in %s ended in ERROR, rerunning", run_dir)
         return None
@@ -187,7 +228,12 @@ def _load_reusable(
 
 
 def _load_any_code(
-    run_dir: Path, scale: str, digest: str, config: ExperimentConfig, device: str = "cpu"
+    run_dir: Path,
+    experiment: Experiment,
+    scale: str,
+    digest: str,
+    config: ExperimentConfig,
+    device: str = "cpu",
 ) -> RunResult | None:
     """The newest finished run of the same config on the same device by any code (for
     ``reuse_any``)."""
@@ -198,7 +244,7 @@ def _load_any_code(
     for child in folder.glob(f"{scale}-*"):
         if child.name.startswith("."):
             continue
-        result = _load_reusable(child, config, device)
+        result = _load_reusable(child, experiment, config, device)
         if result is not None and result.config_hash == digest:
             candidates.append(result)
     if not candidates:
@@ -384,12 +430,13 @@ def _build_result(
         criterion_met = outcome.passed
         dataset = outcome.dataset or experiment.dataset
         criterion = outcome.criterion or experiment.criterion
-        if scale in JUDGED_SCALES:
-            verdict: Any = "PASS" if outcome.passed else "FAIL"
-            summary = outcome.summary
-        else:
-            verdict = "SMOKE"
+        verdict: Any = verdict_of(outcome.passed, outcome.controls_failed, scale)
+        if verdict == "SMOKE":
             summary = f"smoke run, not judged: {outcome.summary}"
+        elif verdict == "ERROR":
+            summary = "the estimator failed its control: " + "; ".join(outcome.controls_failed)
+        else:
+            summary = outcome.summary
     else:
         verdict = "ERROR"
         summary = f"error: {_last_line(error or '')}"
@@ -505,9 +552,9 @@ def run_experiment(
     report = _checked_progress(progress)
 
     if not force:
-        previous = _load_reusable(run_dir, config, str(dev))
+        previous = _load_reusable(run_dir, experiment, config, str(dev))
         if previous is None and reuse_any:
-            previous = _load_any_code(run_dir, scale, digest, config, str(dev))
+            previous = _load_any_code(run_dir, experiment, scale, digest, config, str(dev))
         elif previous is not None:
             previous = previous.as_reused()
         if previous is not None:

@@ -32,21 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from ntklab.experiments.base import Experiment, Metric
-from ntklab.experiments.result import RunResult
+from ntklab.experiments.result import ResultCheck, RunResult
 
 from ._format import code_digest, dataset_text, format_ci, format_value, verdict_meanings
 from .claims import (
     COMMITTED_SCALES,
     NOT_RUN,
     ClaimRow,
+    check_committed,
     claim_rows,
     config_note,
     duration_text,
     measured_text,
     not_run_text,
     number_text,
-    read_committed,
     render_claims_table,
+    untabled_text,
 )
 from .html import html_page, png_data_uri, scale_badge
 from .markdown import cell as md_cell
@@ -262,18 +263,30 @@ def _metric_header() -> list[str]:
 def _tally(rows: Sequence[ClaimRow], scale: str) -> str:
     counts: dict[str, int] = {}
     for row in rows:
-        result = row.runs.get(scale)
-        key = NOT_RUN if result is None else result.verdict
+        result, check = row.runs.get(scale), row.untabled(scale)
+        key: str
+        if result is not None:
+            key = result.verdict
+        elif check is not None:
+            key = "stale" if check.status == "stale" else "refused"
+        else:
+            key = NOT_RUN
         counts[key] = counts.get(key, 0) + 1
-    order = ["PASS", "FAIL", NOT_RUN]
+    order = ["PASS", "FAIL", "ERROR", "SMOKE", "stale", "refused", NOT_RUN]
     return ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=order.index))
 
 
 def _stray(root: Path | str, rows: Sequence[ClaimRow]) -> list[str]:
     """Committed results of experiments that are not among the rows."""
     names = {row.experiment.name for row in rows}
-    committed = read_committed(root)
+    committed = check_committed(root, [row.experiment for row in rows])
     return [f"{scale}/{name}.json" for name, scale in sorted(committed) if name not in names]
+
+
+def _untabled_html(row: ClaimRow, scale: str) -> str | None:
+    """The text of a scale whose committed result is not tabled (stale or refused)."""
+    check = row.untabled(scale)
+    return None if check is None else _e(untabled_text(check))
 
 
 def _missing_text(experiment: Experiment, scale: str) -> str:
@@ -287,9 +300,12 @@ def _missing_text(experiment: Experiment, scale: str) -> str:
 # --- HTML -------------------------------------------------------------------------------
 
 
-def _index_cells_html(result: RunResult | None, experiment: Experiment, scale: str) -> str:
+def _index_cells_html(row: ClaimRow, experiment: Experiment, scale: str) -> str:
+    result = row.runs.get(scale)
+    untabled = _untabled_html(row, scale)
     if result is None:
-        return f'<td class="{scale} notrun" colspan="2">{_e(not_run_text(experiment, scale))}</td>'
+        shown = untabled if untabled is not None else _e(not_run_text(experiment, scale))
+        return f'<td class="{scale} notrun" colspan="2">{shown}</td>'
     measured = measured_text(result, experiment.headline) or "—"
     verdict = _verdict_html(result.verdict) + _config_note_html(experiment, result)
     return f'<td class="{scale}">{_e(measured)}</td><td class="{scale}">{verdict}</td>'
@@ -333,7 +349,7 @@ def render_index_html(
             f'<td><a href="{_e(exp.name)}.html">{_e(exp.claim_id)} '
             f"<code>{_e(exp.name)}</code></a></td>"
             f"<td>{_e(exp.reported)}</td>"
-            + "".join(_index_cells_html(row.runs.get(s), exp, s) for s in COMMITTED_SCALES)
+            + "".join(_index_cells_html(row, exp, s) for s in COMMITTED_SCALES)
             + f"<td>{_e(row.dataset)}</td><td>{_e(row.time)}</td></tr>"
         )
     tallies = "; ".join(f"{scale_badge(s)} {_e(_tally(rows, s))}" for s in COMMITTED_SCALES)
@@ -348,7 +364,8 @@ def render_index_html(
         '<p class="meta">Measured: the headline figures, value [interval]. '
         "What a verdict means:</p>",
         f'<ul class="meta">{meanings}</ul>',
-        f"<table><thead>{head}</thead><tbody>{''.join(body_rows)}</tbody></table>",
+        f'<div class="wide"><table><thead>{head}</thead>'
+        f"<tbody>{''.join(body_rows)}</tbody></table></div>",
     ]
     if stray:
         items = "".join(f"<li><code>{_e(s)}</code></li>" for s in stray)
@@ -384,10 +401,16 @@ def _scale_section_html(
     result: RunResult | None,
     runs_root: Path | str,
     results_root: Path | str,
+    untabled: ResultCheck | None = None,
 ) -> str:
     command = rerun_command(experiment, scale, runs_root, results_root, result)
     parts = [f'<section class="{scale}">', f"<h2>{_e(_SCALE_TITLES[scale])}</h2>"]
-    if result is None:
+    if result is None and untabled is not None:
+        parts.append(
+            f'<p class="notrun">{_e(untabled_text(untabled))}: {_e(untabled.line())}. '
+            f"Run it again with <code>{_e(command)}</code>.</p>"
+        )
+    elif result is None:
         parts.append(
             f'<p class="notrun">{_e(_missing_text(experiment, scale))} '
             f"Run it with <code>{_e(command)}</code>.</p>"
@@ -446,9 +469,10 @@ def render_claim_html(
             if result is None:
                 if i == 0:
                     command = rerun_command(exp, s, runs_root, results_root)
+                    untabled = _untabled_html(row, s)
                     cells.append(
                         f'<td class="{s} notrun" rowspan="{len(labels)}">'
-                        f"{_e(not_run_text(exp, s))} "
+                        f"{untabled if untabled is not None else _e(not_run_text(exp, s))} "
                         f"(run it with <code>{_e(command)}</code>)</td>"
                     )
                 continue
@@ -476,15 +500,20 @@ def render_claim_html(
         f"<p><strong>Reported figure (the paper).</strong> {_e(exp.reported or 'not stated')}</p>",
         f'<p class="dataset"><strong>Data set.</strong> {_e(row.dataset)}</p>',
         "<h2>Reported, quick and paper scale</h2>",
-        f"<table><thead>{head}</thead><tbody>{''.join(body_rows)}</tbody></table>",
+        f'<div class="wide"><table><thead>{head}</thead>'
+        f"<tbody>{''.join(body_rows)}</tbody></table></div>",
         "<h2>All metrics</h2>",
         (
-            f"<table><thead><tr>{metric_head}</tr></thead><tbody>{metric_rows}</tbody></table>"
+            f'<div class="wide"><table><thead><tr>{metric_head}</tr></thead>'
+            f"<tbody>{metric_rows}</tbody></table></div>"
             if names
             else f'<p class="notrun">{_e(NOT_RUN)} at any scale.</p>'
         ),
         '<div class="sides">',
-        *(_scale_section_html(exp, s, row.runs.get(s), runs_root, results_root) for s in scales),
+        *(
+            _scale_section_html(exp, s, row.runs.get(s), runs_root, results_root, row.untabled(s))
+            for s in scales
+        ),
         "</div>",
     ]
     return html_page(f"{exp.claim_id} {exp.name}: quick and paper scale", "\n".join(parts))
@@ -533,6 +562,14 @@ def render_index_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _md_missing(row: ClaimRow, scale: str, index: int) -> str:
+    """A comparison-table cell of a scale without a tabled result."""
+    check = row.untabled(scale)
+    if check is None:
+        return NOT_RUN
+    return untabled_text(check) if index == 0 else "—"
+
+
 def render_claim_markdown(
     row: ClaimRow,
     results_root: Path | str,
@@ -549,7 +586,7 @@ def render_claim_markdown(
         [
             label,
             (exp.reported or "not stated") if i == 0 else "",
-            *(value(row.runs[s]) if s in row.runs else NOT_RUN for s in scales),
+            *(value(row.runs[s]) if s in row.runs else _md_missing(row, s, i) for s in scales),
         ]
         for i, (label, value) in enumerate(_comparison_rows(exp, current_code))
     ]
@@ -585,6 +622,13 @@ def render_claim_markdown(
         result = row.runs.get(s)
         command = rerun_command(exp, s, runs_root, results_root, result)
         lines += ["", f"## {_SCALE_TITLES[s]}", ""]
+        untabled = row.untabled(s)
+        if result is None and untabled is not None:
+            lines.append(
+                f"{md_text(untabled_text(untabled))}: {md_text(untabled.line())}. "
+                f"Run it again with `{command}`."
+            )
+            continue
         if result is None:
             lines.append(f"{md_text(_missing_text(exp, s))} Run it with `{command}`.")
             continue

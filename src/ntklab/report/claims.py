@@ -8,6 +8,12 @@ Finished runs are committed as small JSON files, one per experiment and scale::
 (each the ``result.json`` of the run, figures and arrays left out of git). The README's claims
 table is made from those files by :func:`claims_table` (``ntklab table results``), never by
 hand, and a test compares the two. A claim without a committed run at a scale says so.
+
+Every file is checked as it is read (:func:`~ntklab.experiments.result.check_result_file`:
+its digest, its format, and its verdict judged again by the current code). Only a result
+whose verdict holds is tabled as a verdict; a stale one (judged by an earlier criterion) is
+shown as such with the verdict it had, and a tampered, damaged or inconsistent one is shown as
+refused (:func:`untabled_text`), never with its figures.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ntklab.errors import NtklabValueError
 from ntklab.experiments.base import Experiment
-from ntklab.experiments.result import RunResult
+from ntklab.experiments.result import RESULT_FILE, ResultCheck, RunResult, check_result_file
 
 __all__ = [
     "COMMITTED_SCALES",
@@ -31,6 +37,8 @@ __all__ = [
     "TABLE_BEGIN",
     "TABLE_END",
     "ClaimRow",
+    "check_committed",
+    "check_folder",
     "claim_rows",
     "claims_table",
     "commit_result",
@@ -44,6 +52,7 @@ __all__ = [
     "read_committed",
     "render_claims_table",
     "replace_table",
+    "untabled_text",
 ]
 
 #: The scales whose results are committed and tabled.
@@ -81,6 +90,7 @@ def commit_result(result: RunResult, root: Path | str) -> Path:
         )
     target = _committed_path(Path(root), result.scale, result.experiment)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _keep_previous(target, result, Path(root))
     data = result.to_json_dict()
     text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -95,28 +105,179 @@ def commit_result(result: RunResult, root: Path | str) -> Path:
     return target
 
 
-def read_committed(root: Path | str) -> dict[tuple[str, str], RunResult]:
-    """The committed results under ``root``, by ``(experiment, scale)``.
+#: The folder under a results root that keeps, per scale, the last result judged by an earlier
+#: criterion: ``<root>/history/<scale>/<experiment>.json``.
+HISTORY = "history"
+
+
+def _keep_previous(target: Path, result: RunResult, root: Path) -> None:
+    """Move the committed result at ``target`` to ``<root>/history/<scale>/`` when the new
+    ``result`` was judged by another criterion (the claims table shows it as the previous
+    verdict); a result of the same criterion is simply replaced."""
+    if not target.is_file():
+        return
+    try:
+        old = RunResult.from_json(target)
+    except NtklabValueError:
+        return  # a damaged or tampered file is not history: it is replaced
+    if " ".join(old.criterion.split()) == " ".join(result.criterion.split()):
+        return
+    kept = _committed_path(root / HISTORY, result.scale, result.experiment)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(target, kept)
+
+
+def read_history(
+    root: Path | str, experiments: Iterable[Experiment] | None = None
+) -> dict[tuple[str, str], RunResult]:
+    """The previous results under ``<root>/history/<scale>/<name>.json`` that read back
+    (content digest checked), by ``(experiment, scale)``: results judged by an earlier
+    criterion than the current one, kept beside the new verdict."""
+    out: dict[tuple[str, str], RunResult] = {}
+    folder = Path(root) / HISTORY
+    given = {e.name: e for e in experiments} if experiments is not None else {}
+    for scale in COMMITTED_SCALES:
+        for path in sorted((folder / scale).glob("*.json")) if (folder / scale).is_dir() else ():
+            if path.name.startswith("."):
+                continue
+            check = check_result_file(path, given.get(path.stem))
+            if check.result is not None and check.status in ("valid", "unsealed", "stale"):
+                out[(path.stem, scale)] = check.result
+    return out
+
+
+def previous_text(previous: RunResult, experiment: Experiment) -> str:
+    """``"previously **FAIL** under an earlier criterion (2026-12-02); changed: <why>"``."""
+    when = previous.started_at[:10] if previous.started_at else "an earlier run"
+    why = experiment.criterion_change or "no reason recorded"
+    return f"previously **{previous.verdict}** under an earlier criterion ({when}); changed: {why}"
+
+
+def check_committed(
+    root: Path | str, experiments: Iterable[Experiment] | None = None
+) -> dict[tuple[str, str], ResultCheck]:
+    """Every committed result under ``root``, checked, by ``(file stem, scale)``.
+
+    Each ``<root>/<scale>/<name>.json`` is read with
+    :func:`~ntklab.experiments.result.check_result_file`, judged by the experiment of
+    ``experiments`` named ``<name>`` (else the registered one); a file whose content is the
+    result of another experiment or scale than its name and folder say is ``damaged``.
 
     Raises
     ------
     NtklabValueError
-        When a file is not a valid result, or its name or folder disagrees with its content.
+        When ``root`` is not a folder.
     """
-    out: dict[tuple[str, str], RunResult] = {}
+    root = Path(root)
+    if not root.is_dir():
+        raise NtklabValueError(
+            f"results: expected a folder of committed results (quick/ and paper/), received "
+            f"{str(root)!r} ({'not a folder' if root.exists() else 'no such folder'})"
+        )
+    given = {e.name: e for e in experiments} if experiments is not None else {}
+    out: dict[tuple[str, str], ResultCheck] = {}
     for scale in COMMITTED_SCALES:
-        folder = Path(root) / scale
+        folder = root / scale
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.json")):
-            result = RunResult.from_json(path)
-            if result.scale != scale or path.stem != result.experiment:
-                raise NtklabValueError(
-                    f"{path}: expected the result of {path.stem!r} at scale {scale!r}, "
-                    f"received {result.experiment!r} at scale {result.scale!r}"
-                )
-            out[(result.experiment, scale)] = result
+            if path.name.startswith("."):
+                continue
+            check = check_result_file(path, given.get(path.stem))
+            out[(path.stem, scale)] = _misfiled(check, scale)
     return out
+
+
+def _misfiled(check: ResultCheck, scale: str) -> ResultCheck:
+    """``check``, or a ``damaged`` check when its result is not the one its name and its
+    folder ``scale`` say (``<scale>/<experiment>.json``)."""
+    result, path = check.result, check.path
+    if result is None or (result.scale == scale and result.experiment == path.stem):
+        return check
+    return ResultCheck(
+        path,
+        "damaged",
+        result,
+        f"misfiled: expected the result of {path.stem!r} at scale {scale!r}, "
+        f"found {result.experiment!r} at scale {result.scale!r}",
+    )
+
+
+def check_folder(root: Path | str) -> list[ResultCheck]:
+    """Every result file under ``root``, checked (what ``ntklab verify ROOT`` reports).
+
+    The result files in ``root`` and its subfolders (hidden ones skipped: temporary files)
+    are read with :func:`~ntklab.experiments.result.check_result_file`: committed results
+    (``<scale>/<experiment>.json`` for a scale of :data:`COMMITTED_SCALES`, also checked for
+    being misfiled; ``history/<scale>/...`` included) and run folders
+    (``<experiment>/<scale>-<key>/result.json``). Other JSON files (benchmark records) are
+    not results and are skipped.
+
+    Raises
+    ------
+    NtklabValueError
+        When ``root`` is not a folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise NtklabValueError(
+            f"results: expected a folder of results, received {str(root)!r} "
+            f"({'not a folder' if root.exists() else 'no such folder'})"
+        )
+    checks = []
+    for path in sorted(root.rglob("*.json")):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        committed = path.parent.name in COMMITTED_SCALES and path.name != RESULT_FILE
+        if not committed and path.name != RESULT_FILE:
+            continue
+        check = check_result_file(path)
+        checks.append(_misfiled(check, path.parent.name) if committed else check)
+    return checks
+
+
+def read_committed(
+    root: Path | str, experiments: Iterable[Experiment] | None = None
+) -> dict[tuple[str, str], RunResult]:
+    """The committed results under ``root`` whose verdict holds, by ``(experiment, scale)``.
+
+    A stale result (judged by an earlier criterion, or of an experiment neither in
+    ``experiments`` nor registered) is left out (see :func:`check_committed` for every file
+    with its status).
+
+    Raises
+    ------
+    NtklabValueError
+        When a file is tampered, damaged (not a valid result, misfiled) or inconsistent
+        (its verdict does not follow from its metrics); the message names the file.
+    """
+    out: dict[tuple[str, str], RunResult] = {}
+    for (name, scale), check in check_committed(root, experiments).items():
+        if check.refused:
+            raise NtklabValueError(check.line())
+        if check.tabled and check.result is not None:
+            out[(name, scale)] = check.result
+    return out
+
+
+def untabled_text(check: ResultCheck) -> str:
+    """What the claims table shows for a committed result whose verdict is not tabled.
+
+    ``"stale: was PASS under an earlier criterion (...); rerun"`` for a stale result, else
+    ``"refused: <status> (ntklab verify)"``.
+    """
+    if check.status == "stale" and check.result is not None:
+        result = check.result
+        return (
+            f"stale: was {result.verdict} under an earlier criterion "
+            f"({_short(' '.join(result.criterion.split()), 90)}); rerun"
+        )
+    what = {
+        "tampered": "tampered or damaged (content digest mismatch)",
+        "damaged": "damaged (not a valid result)",
+        "inconsistent": "inconsistent (its verdict does not follow from its metrics)",
+    }.get(check.status, check.status)
+    return f"refused: {what}; see `ntklab verify`"
 
 
 def number_text(value: float | None) -> str:
@@ -209,13 +370,31 @@ def _scale_cell(
     headline: Sequence[str],
     missing: str = NOT_RUN,
     experiment: Experiment | None = None,
+    check: ResultCheck | None = None,
+    previous: RunResult | None = None,
+) -> str:
+    cell = _current_cell(result, headline, missing, experiment, check)
+    if previous is None or experiment is None:
+        return cell
+    return f"{cell}; {previous_text(previous, experiment)}"
+
+
+def _current_cell(
+    result: RunResult | None,
+    headline: Sequence[str],
+    missing: str,
+    experiment: Experiment | None,
+    check: ResultCheck | None,
 ) -> str:
     if result is None:
-        return missing
+        return missing if check is None else untabled_text(check)
     measured = measured_text(result, headline)
     verdict = f"**{result.verdict}**"
     cell = f"{measured}; {verdict}" if measured else verdict
-    note = "" if experiment is None else config_note(experiment, result)
+    notes = [] if experiment is None else [config_note(experiment, result)]
+    if check is not None and check.status == "unsealed":
+        notes.append("unsealed: no content digest")
+    note = "; ".join(n for n in notes if n)
     return f"{cell} ({note})" if note else cell
 
 
@@ -250,12 +429,25 @@ class ClaimRow:
     experiment : Experiment
         The registered experiment (claim, reported figure, headline metrics).
     runs : mapping of str to RunResult
-        The committed results, by scale, in the order of :data:`COMMITTED_SCALES`; a scale
-        without a committed run is absent.
+        The committed results whose verdict holds (``valid`` or ``unsealed``), by scale, in
+        the order of :data:`COMMITTED_SCALES`; a scale without one is absent.
+    checks : mapping of str to ResultCheck
+        The check of every committed file of the claim, by scale (also of those not in
+        ``runs``: stale, tampered, damaged, inconsistent).
+    previous : mapping of str to RunResult
+        The result judged by the criterion before the current one, by scale (from
+        ``history/``; see :attr:`~ntklab.experiments.Experiment.criterion_change`).
     """
 
     experiment: Experiment
     runs: Mapping[str, RunResult]
+    checks: Mapping[str, ResultCheck] = field(default_factory=dict)
+    previous: Mapping[str, RunResult] = field(default_factory=dict)
+
+    def untabled(self, scale: str) -> ResultCheck | None:
+        """The check of the committed file at ``scale`` when its verdict is not tabled."""
+        check = self.checks.get(scale)
+        return None if check is None or scale in self.runs else check
 
     @property
     def dataset(self) -> str:
@@ -282,23 +474,36 @@ def claim_rows(root: Path | str, experiments: Iterable[Experiment] | None = None
     experiments : iterable of Experiment, optional
         The rows, in this order (default: every registered experiment, in claim order).
 
+    Every file is checked (:func:`check_committed`); a row's ``runs`` hold only the results
+    whose verdict holds, its ``checks`` every file.
+
     Raises
     ------
     NtklabValueError
-        When a committed file is not a valid result (see :func:`read_committed`).
+        When ``root`` is not a folder.
     """
     if experiments is None:
         from ntklab.experiments import list_experiments
 
         experiments = list_experiments()
-    committed = read_committed(root)
-    return [
-        ClaimRow(
-            exp,
-            {s: committed[(exp.name, s)] for s in COMMITTED_SCALES if (exp.name, s) in committed},
-        )
-        for exp in experiments
-    ]
+    experiments = list(experiments)
+    checks = check_committed(root, experiments)
+    history = read_history(root, experiments)
+    rows = []
+    for exp in experiments:
+        mine = {s: checks[(exp.name, s)] for s in COMMITTED_SCALES if (exp.name, s) in checks}
+        runs = {s: c.result for s, c in mine.items() if c.tabled and c.result is not None}
+        before = {s: history[(exp.name, s)] for s in COMMITTED_SCALES if (exp.name, s) in history}
+        rows.append(ClaimRow(exp, runs, mine, before))
+    return rows
+
+
+def _paper_missing(experiment: Experiment, row: ClaimRow) -> str:
+    """The paper cell without a current result: its cost note, or, when only a previous
+    result exists, that it has not yet run under the current criterion."""
+    if "paper" in row.previous and experiment.paper_scale_cost == "":
+        return "not yet run under the current criterion"
+    return not_run_text(experiment, "paper")
 
 
 def render_claims_table(rows: Sequence[ClaimRow]) -> str:
@@ -313,8 +518,21 @@ def render_claims_table(rows: Sequence[ClaimRow]) -> str:
         cells = [
             f"{exp.claim_id} `{exp.name}`",
             exp.reported or "",
-            _scale_cell(row.runs.get("quick"), exp.headline, experiment=exp),
-            _scale_cell(row.runs.get("paper"), exp.headline, not_run_text(exp, "paper"), exp),
+            _scale_cell(
+                row.runs.get("quick"),
+                exp.headline,
+                experiment=exp,
+                check=row.checks.get("quick"),
+                previous=row.previous.get("quick"),
+            ),
+            _scale_cell(
+                row.runs.get("paper"),
+                exp.headline,
+                _paper_missing(exp, row),
+                exp,
+                row.checks.get("paper"),
+                row.previous.get("paper"),
+            ),
             row.dataset,
             row.time,
         ]

@@ -35,7 +35,14 @@ from ntklab.experiments.result import RunResult
 
 from .._repr import short_repr
 from ._format import dataset_text
-from .claims import COMMITTED_SCALES, claim_rows, duration_text, not_run_text, number_text
+from .claims import (
+    COMMITTED_SCALES,
+    claim_rows,
+    duration_text,
+    not_run_text,
+    number_text,
+    untabled_text,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -303,7 +310,11 @@ def claim_table(name: str | Experiment, results_root: Path | str | None = None) 
         for scale in COMMITTED_SCALES:
             result = row.runs.get(scale)
             if result is None:
-                cells.append(not_run_text(experiment, scale) if i == 0 else "—")
+                untabled = row.untabled(scale)  # a stale or refused committed result
+                missing = (
+                    not_run_text(experiment, scale) if untabled is None else untabled_text(untabled)
+                )
+                cells.append(missing if i == 0 else "—")
             else:
                 cells.append(value(result))
         rows.append(tuple(cells))
