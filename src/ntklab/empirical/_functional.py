@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from ..errors import NtklabTypeError, NtklabValueError
+from ..errors import NtklabError, NtklabTypeError, NtklabValueError
 
 __all__ = [
     "MODULE_CALL_LOCK",
@@ -83,7 +83,14 @@ class FunctionalModel:
             raise NtklabTypeError(
                 f"model: expected forward to return a Tensor, got {type(out).__name__}"
             )
-        return out.reshape(out.shape[0], -1)
+        if out.ndim == 0 or out.shape[0] != x.shape[0]:
+            raise NtklabValueError(
+                f"model: expected an output with the input's batch size on its first axis "
+                f"(one output per example), got an output of shape {tuple(out.shape)} for an "
+                f"input batch of {x.shape[0]} (input batch size {x.shape[0]}, output batch "
+                f"size {out.shape[0] if out.ndim else 'none: a scalar'})"
+            )
+        return out.reshape(x.shape[0], -1)
 
     def single(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
         """Outputs ``(k,)`` of one input ``x`` (without batch axis): the form vmap needs."""
@@ -158,12 +165,15 @@ def functional_model(model: nn.Module, params: ParamSelection = None) -> Functio
     return FunctionalModel(model, chosen, frozen)
 
 
-def check_batch(name: str, x: object, fm: FunctionalModel) -> Tensor:
+def check_batch(name: str, x: object, fm: FunctionalModel, *, allow_empty: bool = False) -> Tensor:
     """Validate a batch of inputs for ``fm``: a tensor with a batch axis, on the model's
-    device and dtype, finite, and accepted by the model's forward."""
+    device and dtype, finite, and accepted by the model's forward.
+
+    ``allow_empty``: a batch of ``n = 0`` inputs is accepted when the model's forward accepts
+    one input of its shape (an input of zeros is run)."""
     if not isinstance(x, Tensor):
         raise NtklabTypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.ndim < 1 or x.shape[0] == 0:
+    if x.ndim < 1 or (x.shape[0] == 0 and not allow_empty):
         raise NtklabValueError(
             f"{name}: expected a batch of inputs (first axis n >= 1), got shape {tuple(x.shape)}"
         )
@@ -175,7 +185,9 @@ def check_batch(name: str, x: object, fm: FunctionalModel) -> Tensor:
         raise NtklabValueError(f"{name}: expected finite values, got NaN or inf")
     try:
         with torch.no_grad():
-            fm(fm.params, x[:1])
+            fm(fm.params, x[:1] if x.shape[0] else x.new_zeros((1, *x.shape[1:])))
+    except NtklabError:
+        raise
     except Exception as err:  # the model's own error, restated with the shapes
         raise NtklabValueError(
             f"{name}: the model's forward rejected a batch of shape {tuple(x.shape)} "

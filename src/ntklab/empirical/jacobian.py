@@ -46,6 +46,7 @@ from .._checks import check_positive_int
 from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabValueError
 from ._functional import FunctionalModel, Outputs, check_batch
+from ._guards import check_modules
 
 __all__ = [
     "CHUNK_BYTES",
@@ -322,6 +323,7 @@ def _check_args(
         raise NtklabValueError(f"outputs: expected one of {_OUTPUTS}, got {outputs!r}")
     if chunk_size is not None:
         check_positive_int("chunk_size", chunk_size)
+    check_modules(fm.module)
     a = check_batch("x1", x1, fm)
     if x2 is None:
         return a, None

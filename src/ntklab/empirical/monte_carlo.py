@@ -28,6 +28,7 @@ from ..errors import NtklabTypeError, NtklabValueError
 from ..kernels.engine import Architecture, Layer, serial
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, check_batch, functional_model
+from ._guards import check_modules, check_per_example
 
 __all__ = [
     "MonteCarloKernel",
@@ -98,9 +99,11 @@ def nngp(
     if max_memory is not None:
         resolve_max_memory(max_memory)  # the type and sign, before any work
     fm = functional_model(model)
+    check_modules(fm.module)
     x1 = check_batch("x1", x1, fm)
     if x2 is not None:
         x2 = check_batch("x2", x2, fm)
+    check_per_example(fm, x1, x2)
     live = dict(model.named_parameters())
     params = {name: live[name] for name in fm.names}  # not detached: differentiable
     f1 = fm(params, x1)  # shape: (n1, k)
@@ -350,6 +353,8 @@ def monte_carlo_kernel(
     outputs = [out_features]
     first = draw()
     fm = functional_model(first)
+    if factory is not None:  # a user's network: no Dropout in training mode, no batch statistics
+        check_modules(first)
     out_features = outputs[0]
     if batch_size is None:
         n1, n2 = a.shape[0], (a if b is None else b).shape[0]

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from ..errors import NtklabValueError
 from ..memory import format_bytes, resolve_max_memory
 from ._functional import FunctionalModel, Outputs, ParamSelection, check_batch, functional_model
+from ._guards import check_modules, check_per_example
 from .pseudo import pseudo_model
 from .streaming import (
     Progress,
@@ -295,7 +296,14 @@ def ntk(
     model : nn.Module
         Any module whose forward is a function of its parameters and buffers (MLPs, CNNs,
         residual blocks, LayerNorm, BatchNorm in eval mode, multi-output heads). Not modified.
+        It must evaluate each example deterministically and on its own (the rule of
+        :mod:`._guards`): Dropout-like modules in training mode and BatchNorm using batch
+        statistics are refused (call ``model.eval()``), and a probe of four forward passes
+        of one or two examples refuses a random forward or one that mixes examples across
+        the batch axis.
     x1 : Tensor of shape (n1, ...)
+        ``n1 = 0`` (or ``n2 = 0``) gives an empty kernel of the result's shape, as
+        :meth:`ntklab.Architecture.kernel`.
     x2 : Tensor of shape (n2, ...), optional
         Defaults to ``x1`` (the symmetric kernel, computed once per block pair); passing
         ``x1`` itself is the same.
@@ -346,6 +354,8 @@ def ntk(
     NtklabValueError
         The result alone (``n1 n2 e`` numbers, ``e`` = 1, ``k`` or ``k^2``) does not fit
         ``max_memory``: raised before anything is allocated, naming the sizes and bytes.
+        The model is random, mixes examples across the batch, or returns an output batch
+        size other than its input's (naming both); the kernel has NaN or inf entries.
 
     Examples
     --------
@@ -367,14 +377,18 @@ def ntk(
     block_size = check_block_size(block_size)
     progress = check_progress(progress)
     fm = functional_model(model, params)
-    a = check_batch("x1", x1, fm)
+    check_modules(fm.module)  # Dropout in training mode, batch statistics: before any forward
+    a = check_batch("x1", x1, fm, allow_empty=True)
     if isinstance(x2, Tensor) and a.shape[1:] != x2.shape[1:]:
         raise NtklabValueError(
             f"x2: expected inputs of the shape of x1's, {tuple(a.shape[1:])}, got "
             f"{tuple(x2.shape[1:])}"
         )
-    b = None if x2 is None or x2 is x1 else check_batch("x2", x2, fm)
+    b = None if x2 is None or x2 is x1 else check_batch("x2", x2, fm, allow_empty=True)
     n1, n2 = a.shape[0], (a if b is None else b).shape[0]
+    if n1 == 0 or n2 == 0:  # as Architecture.kernel: an empty kernel of the right shape
+        return _empty_kernel(fm, a, b, outputs, out, progress)
+    check_per_example(fm, a, b)  # random or batch-mixing forwards, output batch size
     fm, inner = _as_method_outputs(fm, outputs)
     budget = max_memory
     if out is not None:  # the result exists already: the budget is all scratch
@@ -388,7 +402,7 @@ def ntk(
     block1 = min(chosen.block1, block_size or n1)
     block2 = min(chosen.block2, block_size or n2)
     if out is None and block1 >= n1 and block2 >= n2:
-        whole = compute(fm, a, b, inner)
+        whole = _finite(compute(fm, a, b, inner), chosen.method)
         if progress is not None:
             progress(1.0, f"block 1/1: inputs 0-{n1} x 0-{n2}")
         return whole
@@ -396,11 +410,64 @@ def ntk(
         k = chosen.n_outputs
         out = torch.empty(result_shape(n1, n2, k, inner), dtype=fm.dtype, device=fm.device)
     if chosen.method != "structured":
-        return fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+        filled = fill_blocks(compute, fm, a, b, inner, out, block1, block2, progress)
+        return _finite(filled, chosen.method)
     from .structured import reusing_rows
 
     with reusing_rows():  # each row block's factors formed once, not once per block
         wide = b is None  # plan sized wide row blocks and narrow columns
-        return fill_blocks(
+        filled = fill_blocks(
             compute, fm, a, b, inner, out, block1, block2, progress, rectangular=wide
         )
+    return _finite(filled, chosen.method)
+
+
+#: Entries of the result checked for NaN and inf at a time (scratch: one bool per entry).
+_FINITE_CHUNK = 2**20
+
+
+def _finite(kernel: Tensor, method: str) -> Tensor:
+    """``kernel``, or an error when some entries are NaN or inf (no silent NaN): the model's
+    derivatives overflow the dtype or are undefined at these inputs."""
+    n1 = kernel.shape[0]
+    rows = max(1, _FINITE_CHUNK // max(1, kernel[:1].numel()))  # O(1 MiB) scratch, not O(n^2)
+    bad = 0
+    for start in range(0, n1, rows):
+        part = kernel[start : start + rows]
+        if not bool(torch.isfinite(part).all()):
+            bad += int(part.numel() - torch.isfinite(part).sum())
+    if bad:
+        raise NtklabValueError(
+            f"model: expected finite derivatives at the inputs, got {bad:,} of "
+            f"{kernel.numel():,} kernel entries NaN or inf (method {method!r}, "
+            f"dtype {kernel.dtype}): the model's derivatives overflow the dtype or are "
+            "undefined there (try float64, or inputs of smaller magnitude)"
+        )
+    return kernel
+
+
+def _empty_kernel(
+    fm: FunctionalModel,
+    x1: Tensor,
+    x2: Tensor | None,
+    outputs: KernelOutputs,
+    out: Tensor | None,
+    progress: Progress | None,
+) -> Tensor:
+    """The kernel of an empty batch: ``(n1, n2, ...)`` with ``n1 n2 = 0``, in the model's
+    dtype, as :meth:`ntklab.Architecture.kernel` returns (``k`` read from one forward pass
+    of a nonempty side's first input, else of an input of zeros)."""
+    n1, n2 = x1.shape[0], (x1 if x2 is None else x2).shape[0]
+    fm, inner = _as_method_outputs(fm, outputs)
+    source = x1 if n1 else (x2 if x2 is not None and n2 else x1)
+    example = source[:1] if source.shape[0] else source.new_zeros((1, *source.shape[1:]))
+    with torch.no_grad():
+        k = int(fm(fm.params, example).shape[1])
+    shape = result_shape(n1, n2, k, inner)
+    if out is not None:
+        result = check_out(out, shape, fm.dtype, fm.device)
+    else:
+        result = torch.empty(shape, dtype=fm.dtype, device=fm.device)
+    if progress is not None:
+        progress(1.0, f"block 0/0: no inputs ({n1} x {n2})")
+    return result

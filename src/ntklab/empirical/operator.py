@@ -25,6 +25,7 @@ from .._forward_mode import FORWARD_MODE_LOCK
 from ..errors import NtklabTypeError, NtklabValueError
 from ..memory import resolve_max_memory
 from ._functional import FunctionalModel, ParamSelection, check_batch, functional_model
+from ._guards import check_modules, check_per_example
 
 __all__ = ["NTKOperator", "ntk_operator"]
 
@@ -305,7 +306,9 @@ def ntk_operator(
     if max_memory is not None:
         resolve_max_memory(max_memory)  # the type and sign, before any work
     fm = functional_model(model, params)
+    check_modules(fm.module)
     x = check_batch("x", x, fm)
+    check_per_example(fm, x)
     with torch.no_grad():
         k = int(fm(fm.params, x[:1]).shape[1])
     return NTKOperator(model=fm, x=x, n_outputs=k, max_memory=max_memory)

@@ -65,6 +65,7 @@ from ..kernels.covariance import pads_for
 from ..nets.modules import DenseLayer
 from . import _compiled_cotangents as compiled_cotangents
 from ._functional import FunctionalModel, Outputs, check_batch
+from ._guards import check_modules
 from .structured_conv import (
     CONVOLUTIONS,
     ELEMENTWISE_FLOPS,
@@ -284,15 +285,10 @@ def _covered_layers(fm: FunctionalModel) -> tuple[_Layer, ...]:
 
 
 def _reject_batch_mixing(module: nn.Module) -> None:
-    """Raise if a submodule mixes examples (batch statistics), which per-example gradients
-    from one batched backward pass cannot represent."""
-    for name, mod in module.named_modules():
-        if isinstance(mod, _BATCH_NORMS) and (mod.training or mod.running_mean is None):
-            raise NtklabValueError(
-                f"model: expected a model that treats examples independently, got "
-                f"{type(mod).__name__} {name or '<root>'!r} using batch statistics (call "
-                f"model.eval(), or use method='jacobian')"
-            )
+    """Raise if a submodule mixes examples (batch statistics) or is random (Dropout in
+    training mode), which per-example gradients cannot represent
+    (:func:`._guards.check_modules`)."""
+    check_modules(module)
 
 
 # -------------------------------------------------------------------------- capturing
