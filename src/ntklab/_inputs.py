@@ -19,7 +19,13 @@ from torch import Tensor
 
 from ._checks import check_channels_first, check_precision
 from .errors import NtklabTypeError, NtklabValueError
-from .kernels.engine import Architecture, Layer, architecture_spatial_ndim
+from .kernels.engine import (
+    Architecture,
+    InputShape,
+    Layer,
+    architecture_spatial_ndim,
+    check_input_shape,
+)
 
 __all__ = ["InputRule", "check_kernel_inputs", "input_rule"]
 
@@ -71,6 +77,21 @@ def _layers_of(kernel: object) -> tuple[Layer, ...] | None:
     return None
 
 
+def _input_shape_of(kernel: object) -> InputShape | None:
+    """The ``input_shape`` of the architecture behind ``kernel`` (unwrapped as
+    :func:`_layers_of` does), or None."""
+    for _ in range(4):
+        if isinstance(kernel, Architecture):
+            return kernel.input_shape
+        inner = getattr(kernel, "__self__", None)
+        if inner is None:
+            inner = getattr(kernel, "arch", None)
+        if inner is None:
+            return None
+        kernel = inner
+    return None
+
+
 def input_rule(kernel: object) -> InputRule:
     """The input batches ``kernel`` takes, read off its layers as ``Architecture.kernel``
     reads them: flat ``(n, d)`` without a spatial layer, ``(n, C, *S)`` with ``len(S)`` the
@@ -85,9 +106,12 @@ def input_rule(kernel: object) -> InputRule:
     return _ANY if s is None else InputRule(ndims=(s + 2,), spatial=True)
 
 
-def _check_batch(name: str, x: object, rule: InputRule) -> Tensor:
+def _check_batch(
+    name: str, x: object, rule: InputRule, input_shape: InputShape | None = None
+) -> Tensor:
     """One batch against ``rule``: a finite float32/float64 tensor with an accepted number
-    of axes, not channels-last, with no empty axis."""
+    of axes, not channels-last, with no empty axis; with the architecture's
+    ``input_shape``, of its features or channels (which then decide the layout)."""
     if not isinstance(x, Tensor):
         raise NtklabTypeError(
             f"{name}: expected a torch.Tensor of shape {rule.shape_text}, got {type(x).__name__}"
@@ -105,7 +129,9 @@ def _check_batch(name: str, x: object, rule: InputRule) -> Tensor:
             f"{rule.shape_text}, got {x.ndim}-D shape {tuple(x.shape)}{hint}"
         )
     check_precision(name, x)
-    if x.ndim > 2:
+    if input_shape is not None:
+        check_input_shape(name, x, input_shape)
+    elif x.ndim > 2:
         check_channels_first(name, x)
     if min(x.shape[1:]) == 0:
         raise NtklabValueError(
@@ -150,14 +176,16 @@ def check_kernel_inputs(
         Not a tensor; not float32/float64; ``x2``'s dtype differs from ``x1``'s.
     NtklabValueError
         A number of axes the kernel does not take (a 4-D batch for an architecture without
-        spatial layers), a channels-last image batch, an empty axis, NaN or inf, or ``x2``
+        spatial layers), another feature or channel count than the architecture's
+        ``input_shape``, a channels-last image batch, an empty axis, NaN or inf, or ``x2``
         whose features (channels and spatial shape) or device differ from ``x1``'s.
     """
     rule = input_rule(kernel)
-    a = _check_batch(names[0], x1, rule)
+    shape = _input_shape_of(kernel)
+    a = _check_batch(names[0], x1, rule, shape)
     if x2 is None:
         return a, None
-    b = _check_batch(names[1], x2, rule)
+    b = _check_batch(names[1], x2, rule, shape)
     if a.shape[1:] != b.shape[1:]:
         if a.ndim == 2 == b.ndim:
             raise NtklabValueError(

@@ -304,10 +304,11 @@ def test_graph_errors_name_the_layer() -> None:
     x = _x_flat(3, 0)
     with pytest.raises(NtklabValueError, match="with one output, got 2 branches"):
         nl.serial(_d(1, 0), FanOut(2)).kernel(x)
-    with pytest.raises(NtklabValueError, match=r"Relu: expected one input, got 2 branches"):
-        nl.serial(_d(1, 0), FanOut(2), nl.Relu(), _d(1, 0)).kernel(x)
-    with pytest.raises(NtklabValueError, match=r"parallel: expected 3 branches"):
-        nl.serial(_d(1, 0), FanOut(2), parallel(_d(1, 0), _d(1, 0), _d(1, 0)), FanInSum()).kernel(x)
+    # refused at construction (issue 31), naming the layer and its position
+    with pytest.raises(NtklabValueError, match=r"layers\[2\]: expected one input to Relu, got 2"):
+        nl.serial(_d(1, 0), FanOut(2), nl.Relu(), _d(1, 0))
+    with pytest.raises(NtklabValueError, match=r"layers\[2\]: .*FanOut before it \(2\), got 3"):
+        nl.serial(_d(1, 0), FanOut(2), parallel(_d(1, 0), _d(1, 0), _d(1, 0)), FanInSum())
     with pytest.raises(NtklabValueError, match="FanInSum: expected at most one branch"):
         nl.serial(
             _d(1, 0),

@@ -116,11 +116,11 @@ def test_finite_network_refuses_channels_last_images() -> None:
 
 def test_a_flat_kernel_that_cannot_fit_max_memory_is_refused_before_computing() -> None:
     import ntklab as nl
-    from ntklab.kernels.engine import FLAT_MATRICES
+    from ntklab.kernels.engine import flat_kernel_bytes
 
     arch = nl.serial(nl.Dense(w_std=1.5, b_std=0.1), nl.Relu(), nl.Dense(w_std=1.5, b_std=0.1))
     x = torch.randn(64, 3, dtype=torch.float64)
-    needed = FLAT_MATRICES * 64 * 64 * 8
+    needed = flat_kernel_bytes(arch.layers, x, None)
     with pytest.raises(NtklabValueError, match=r"max_memory.*n1 = 64 by n2 = 64.*kernel_operator"):
         arch.kernel(x, max_memory=needed - 1)
     k = arch.kernel(x, max_memory=needed)

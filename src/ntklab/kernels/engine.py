@@ -62,13 +62,18 @@ from .network_wrappers import AntisymmetricPair, ScaledOutput
 
 __all__ = [
     "FLAT_MATRICES",
+    "FUSED_FLAT_MATRICES",
     "Architecture",
     "Carry",
     "Features",
     "Flow",
     "GraphLayer",
+    "InputShape",
     "Layer",
     "Plan",
+    "check_input_shape",
+    "flat_kernel_bytes",
+    "flat_matrices",
     "plan_chain",
     "run_chain",
     "serial",
@@ -584,12 +589,16 @@ def architecture_spatial_ndim(layers: Sequence[Layer]) -> int | None:
 
 
 def check_images(
-    x1: object, x2: object | None, spatial_ndim: int | None
+    x1: object,
+    x2: object | None,
+    spatial_ndim: int | None,
+    input_shape: InputShape | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Validate image batches ``(n, C, *S)`` (or flat ``(n, d)`` when ``spatial_ndim`` is
     None) for an architecture with spatial layers: float32 or float64, finite, and not
-    channels-last (:func:`~ntklab._checks.check_channels_first`: a last axis of 1 or 3 entries
-    after axes of more than 4 is refused)."""
+    channels-last. With the channel count of ``input_shape`` known, the layout is decided by
+    it (:func:`check_input_shape`); otherwise by :func:`~ntklab._checks.check_channels_first`
+    (a last axis of 1 or 3 entries after axes of more than 4 is refused)."""
 
     def one(name: str, x: object) -> Tensor:
         if not isinstance(x, Tensor):
@@ -608,7 +617,9 @@ def check_images(
                 f"{x.ndim}-D shape {tuple(x.shape)}"
             )
         check_precision(name, x)
-        if x.ndim > 2:
+        if input_shape is not None:
+            check_input_shape(name, x, input_shape)
+        elif x.ndim > 2:
             check_channels_first(name, x)
         if min(x.shape[1:]) == 0:
             raise NtklabValueError(
@@ -633,6 +644,100 @@ def check_images(
     if a.device != b.device:
         raise NtklabValueError(f"x2: expected the device of x1 ({a.device}), got {b.device}")
     return a, b
+
+
+InputShape: TypeAlias = "tuple[int | None, ...]"
+"""The shape of one input, without the batch axis: ``(d,)`` for flat inputs, ``(C, *S)`` for
+images (``(C, L)``, ``(C, H, W)``); ``None`` marks a size that is not known (the spatial
+size of a model read by :func:`~ntklab.kernels.from_torch`)."""
+
+
+def as_input_shape(input_shape: object) -> InputShape:
+    """``input_shape`` validated: a non-empty sequence of positive ints or ``None`` entries
+    (the batch axis excluded), whose first entry (features or channels) is known."""
+    if isinstance(input_shape, int | Tensor | str) or not isinstance(input_shape, Sequence):
+        raise NtklabTypeError(
+            "input_shape: expected a tuple of the sizes of one input without the batch axis, "
+            f"e.g. (d,) or (C, H, W), got {input_shape!r}"
+        )
+    shape = tuple(input_shape)
+    if not shape or len(shape) > 4:
+        raise NtklabValueError(
+            "input_shape: expected 1 to 4 sizes (d,), (C, L), (C, H, W) or (C, D, H, W) "
+            f"without the batch axis, got {shape!r}"
+        )
+    for i, size in enumerate(shape):
+        if size is None and i > 0:
+            continue
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            what = "a positive int" if i == 0 else "a positive int or None (unknown)"
+            raise NtklabValueError(
+                f"input_shape[{i}]: expected {what}, got {size!r} (input_shape={shape!r})"
+            )
+    return shape
+
+
+def _shape_text(input_shape: InputShape) -> str:
+    return "(n, " + ", ".join("?" if s is None else str(s) for s in input_shape) + ")"
+
+
+def check_input_shape(name: str, x: Tensor, input_shape: InputShape) -> None:
+    """Raise unless the batch ``x`` ``(n, *input_shape)`` has the architecture's input shape.
+
+    The channel count ``C = input_shape[0]`` decides the layout of images: a batch with ``C``
+    entries on its last axis but not on its first is channels-last (neural-tangents' and
+    TensorFlow's ``(n, H, W, C)``) and refused with the permutation to apply; a batch with
+    ``C`` entries on both is ambiguous unless ``input_shape`` gives the spatial sizes, and is
+    refused naming ``input_shape``.
+    """
+    want = _shape_text(input_shape)
+    if x.ndim != len(input_shape) + 1:
+        raise NtklabValueError(
+            f"{name}: expected a {len(input_shape) + 1}-D batch of shape {want} (the "
+            f"architecture's input_shape {input_shape!r}), got {x.ndim}-D shape "
+            f"{tuple(x.shape)}"
+        )
+    got = tuple(x.shape[1:])
+
+    def fits(shape: tuple[int, ...]) -> bool:
+        return all(w is None or w == g for w, g in zip(input_shape, shape, strict=True))
+
+    if x.ndim == 2:
+        if not fits(got):
+            raise NtklabValueError(
+                f"{name}: expected {input_shape[0]} features (the architecture's input_shape "
+                f"{input_shape!r}, shape {want}), got {got[0]} features, shape {tuple(x.shape)}"
+            )
+        return
+    c = input_shape[0]
+    last = (got[-1], *got[:-1])  # the sizes of a channels-last batch, read channels-first
+    order = "(0, 3, 1, 2)" if x.ndim == 4 else "(0, 2, 1)" if x.ndim == 3 else "(0, 4, 1, 2, 3)"
+    channels_last = (
+        f"{name}: expected a channels-first batch {want} (the architecture's input_shape "
+        f"{input_shape!r}), got shape {tuple(x.shape)}, which is channels-last ({c} channels "
+        f"on its last axis); permute it with {name}.permute{order}"
+    )
+    if fits(got) and fits(last) and got != last:
+        raise NtklabValueError(
+            f"{name}: shape {tuple(x.shape)} reads both as channels-first and as channels-last "
+            f"for {c} channels (the architecture's input_shape {input_shape!r} leaves the "
+            "spatial size open); give the spatial size in input_shape, e.g. "
+            f"arch.with_input_shape({got!r}) for channels-first, or pass a channels-first "
+            f"batch whose last axis is not {c}"
+        )
+    if fits(got):
+        return
+    if fits(last):
+        raise NtklabValueError(channels_last)
+    if got[0] != c:
+        raise NtklabValueError(
+            f"{name}: expected {c} channels (the architecture's input_shape {input_shape!r}, "
+            f"shape {want}), got {got[0]} channels, shape {tuple(x.shape)}"
+        )
+    raise NtklabValueError(
+        f"{name}: expected the spatial size of the architecture's input_shape {input_shape!r} "
+        f"(shape {want}), got shape {tuple(x.shape)}"
+    )
 
 
 def check_mask_constant(mask_constant: object) -> None:
@@ -753,24 +858,58 @@ def kernel_in_blocks(
     return Kernel(nngp=torch.cat(rows_nngp), ntk=torch.cat(rows_ntk), var1=var1, var2=var2)
 
 
-#: Matrices of shape (n1, n2) that the flat recursion holds at its peak (NNGP, NTK, the
-#: correlation and two scratch buffers of the activation's dual).
+#: Matrices of shape (n1, n2) that the eager flat recursion holds at its peak (NNGP, NTK,
+#: the correlation and two scratch buffers of the activation's dual).
 FLAT_MATRICES = 5
+#: Matrices of shape (n1, n2) that the fused CPU path (:mod:`ntklab.kernels._fused`) holds
+#: at its peak: the NNGP and the NTK, overwritten in place layer after layer (measured:
+#: 2.00 matrices of peak RSS for n = 2,000-3,000, float32 and float64, x2 given or not,
+#: ``tests/kernels/test_flat_memory.py``).
+FUSED_FLAT_MATRICES = 2
 _ALWAYS_FITS = 2**26
 
 
-def _check_flat_fits(a: Tensor, b: Tensor | None, max_memory: int | None) -> None:
+def flat_matrices(layers: Sequence[Layer], a: Tensor, b: Tensor | None) -> int:
+    """How many (n1, n2) matrices the flat recursion of ``layers`` holds at its peak:
+    :data:`FUSED_FLAT_MATRICES` when every layer runs in the fused CPU kernel (CPU float
+    inputs without autograd, a chain of ``[Relu, Dense]`` runs, the library loaded), else
+    :data:`FLAT_MATRICES`."""
+    grad = torch.is_grad_enabled() and (
+        a.requires_grad
+        or (b is not None and b.requires_grad)
+        or any(layer._requires_grad() for layer in layers)
+    )
+    if grad or not _fused.supports(a) or not _fused.available():
+        return FLAT_MATRICES
+    fused = all(flag for _, flag in _fused.split_runs(layers))
+    return FUSED_FLAT_MATRICES if fused else FLAT_MATRICES
+
+
+def flat_kernel_bytes(layers: Sequence[Layer], a: Tensor, b: Tensor | None) -> int:
+    """Estimated peak bytes of the flat kernel of ``layers`` on ``a`` ``(n1, d)`` and ``b``
+    ``(n2, d)`` (``None``: ``a``): :func:`flat_matrices` matrices of (n1, n2), the scaled
+    inputs and the per-input variances."""
+    n1, d = a.shape
+    n2 = n1 if b is None else b.shape[0]
+    item = a.element_size()
+    return item * (flat_matrices(layers, a, b) * n1 * n2 + 2 * (n1 + n2) * d + 4 * (n1 + n2))
+
+
+def _check_flat_fits(
+    layers: Sequence[Layer], a: Tensor, b: Tensor | None, max_memory: int | None
+) -> None:
     """Refuse a flat kernel whose (n1, n2) matrices cannot fit ``max_memory``."""
     n1, n2 = a.shape[0], (a if b is None else b).shape[0]
-    needed = FLAT_MATRICES * n1 * n2 * a.element_size()
-    if max_memory is None and needed <= _ALWAYS_FITS:
+    if max_memory is None and FLAT_MATRICES * n1 * n2 * a.element_size() <= _ALWAYS_FITS:
         return  # small kernels skip reading the memory policy on every call
+    needed = flat_kernel_bytes(layers, a, b)
     budget = resolve_max_memory(max_memory, a.device)
     if needed > budget:
         source = "the memory policy's default" if max_memory is None else "max_memory"
+        count = flat_matrices(layers, a, b)
         raise NtklabValueError(
             f"max_memory: the kernel of n1 = {n1} by n2 = {n2} inputs needs about "
-            f"{format_bytes(needed)} ({FLAT_MATRICES} matrices of {n1} x {n2}), more than "
+            f"{format_bytes(needed)} ({count} matrices of {n1} x {n2}), more than "
             f"{source} of {format_bytes(budget)}; use ntklab.solvers.kernel_operator for a "
             "matrix-free kernel, or compute it in blocks of rows"
         )
@@ -795,6 +934,74 @@ def check_chain(layers: Sequence[Layer], where: str) -> None:
             )
     for i, layer in enumerate(layers):
         layer.check_in_chain(layers, i, where, False)
+    check_branching(layers, where)
+
+
+def check_branching(layers: Sequence[Layer], where: str, *, in_branch: bool = False) -> None:
+    """Refuse a ``FanInSum``/``FanInConcat``/``FanInProd`` that no ``FanOut`` (or
+    ``parallel``) opens, a layer other than ``parallel`` or a fan-in on open branches, and a
+    branch of ``parallel`` or ``Residual`` that ends with open branches.
+
+    A chain starts with one input; ``FanOut(n)`` makes ``n`` branches, ``parallel`` maps
+    them, and a fan-in joins them back into one. A fan-in on one input would act as the
+    identity (neural-tangents' ``stax`` fails there at apply time). A chain may start with
+    ``parallel`` (the tail of a block whose ``FanOut`` comes before it in a larger
+    :func:`serial`) and may end with open branches (the head of one); a branch inside a graph
+    layer must end with one output.
+    """
+    from .graphs import FanInConcat, FanInProd, FanInSum, FanOut, Parallel, Residual
+
+    fan_ins = (FanInSum, FanInConcat, FanInProd)
+    open_branches: int | None = None  # None: one input; n: n branches
+    for i, layer in enumerate(layers):
+        name = type(layer).__name__
+        if isinstance(layer, Parallel):
+            for j, branch in enumerate(layer.branches):
+                check_branching(branch, f"{where}[{i}].branches[{j}]", in_branch=True)
+            n = len(layer.branches)
+            if open_branches is None and i > 0:
+                raise NtklabValueError(
+                    f"{where}[{i}]: expected the {n} branches of a FanOut({n}) before "
+                    f"parallel, got one input (the output of {type(layers[i - 1]).__name__} "
+                    f"at {where}[{i - 1}]); put FanOut({n}) before it"
+                )
+            if open_branches is not None and open_branches != n:
+                raise NtklabValueError(
+                    f"{where}[{i}]: expected parallel with as many branches as the FanOut "
+                    f"before it ({open_branches}), got {n}"
+                )
+            open_branches = n
+        elif isinstance(layer, FanOut):
+            if open_branches is not None:
+                raise NtklabValueError(
+                    f"{where}[{i}]: expected one input to FanOut, got {open_branches} "
+                    "branches; combine them first with FanInSum(), FanInConcat() or "
+                    "FanInProd()"
+                )
+            open_branches = layer.n
+        elif isinstance(layer, fan_ins):
+            if open_branches is None:
+                raise NtklabValueError(
+                    f"{where}[{i}]: expected {name} to join the branches of a FanOut(n) "
+                    "(then parallel(...)), got one input with no FanOut before it; a fan-in "
+                    f"of one input would act as the identity: remove the {name} or put "
+                    "FanOut(n) and parallel(...) before it"
+                )
+            open_branches = None
+        else:
+            if isinstance(layer, Residual):
+                check_branching(layer.layers, f"{where}[{i}].branch", in_branch=True)
+            if open_branches is not None:
+                raise NtklabValueError(
+                    f"{where}[{i}]: expected one input to {name}, got {open_branches} "
+                    "branches (from FanOut); map them with parallel(...) or combine them "
+                    "with FanInSum(), FanInConcat() or FanInProd() first"
+                )
+    if in_branch and open_branches is not None:
+        raise NtklabValueError(
+            f"{where}: expected the branch to end with one output, got {open_branches} "
+            "branches; close its FanOut with FanInSum(), FanInConcat() or FanInProd()"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -809,14 +1016,51 @@ class Architecture:
     Build it with :func:`serial`. ``arch.kernel(x1, x2)`` returns the NNGP and NTK;
     ``arch.to_torch(width)`` a ``torch.nn.Module`` with the same parameterization, whose
     empirical NTK and output covariance converge to ``arch.kernel`` as the width grows.
+
+    ``input_shape`` (optional, as neural-tangents' ``init_fn(key, input_shape)``) is the
+    shape of **one** input, without the batch axis: ``(d,)`` for flat inputs, ``(C, L)`` or
+    ``(C, H, W)`` for images, with ``None`` for a size that is not known (``from_torch``
+    knows a model's channels, not its image size: ``(3, None, None)``). When set,
+    ``kernel`` refuses inputs of another feature or channel count, and the channel count
+    decides whether an image batch is channels-first or channels-last
+    (:func:`check_input_shape`); ``to_torch`` takes it as ``in_features``. Set it with
+    ``serial(..., input_shape=...)`` or :meth:`with_input_shape`; it is checked for tensor
+    inputs, not for :class:`~ntklab.kernels.GraphBatch` ones.
     """
 
     layers: tuple[Layer, ...]
+    input_shape: InputShape | None = None
 
     def __post_init__(self) -> None:
         if not self.layers:
             raise NtklabValueError("layers: expected at least one layer, got none")
         check_chain(self.layers, "layers")
+        if self.input_shape is None:
+            return
+        shape = as_input_shape(self.input_shape)
+        object.__setattr__(self, "input_shape", shape)
+        if not any(layer.spatial_layer for layer in self.layers) and len(shape) != 1:
+            raise NtklabValueError(
+                "input_shape: expected (d,) for an architecture without spatial layers (it "
+                f"takes flat inputs (n, d)), got {shape!r}"
+            )
+        s = architecture_spatial_ndim(self.layers)
+        if s is not None and len(shape) != s + 1:
+            raise NtklabValueError(
+                f"input_shape: expected {s + 1} sizes (C and {s} spatial) for an architecture "
+                f"of {s}-D spatial layers, got {shape!r}"
+            )
+
+    def with_input_shape(self, input_shape: Sequence[int | None] | None) -> Architecture:
+        """The same architecture with ``input_shape`` (``None``: unknown); see the class.
+
+        Examples
+        --------
+        >>> import ntklab as nl
+        >>> nl.serial(nl.Dense(), nl.Relu(), nl.Dense()).with_input_shape((5,)).input_shape
+        (5,)
+        """
+        return dataclasses.replace(self, input_shape=input_shape)  # type: ignore[arg-type]
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.layers)
@@ -857,7 +1101,8 @@ class Architecture:
             on the inputs' device). The full spatial covariance needed by pooling holds
             :math:`n_1 n_2 |S|^2` numbers per kernel; pairs are computed in blocks that fit,
             and an error says when not even one pair fits. For flat inputs the recursion
-            holds :data:`FLAT_MATRICES` matrices of shape (n1, n2) at its peak; a kernel
+            holds :func:`flat_matrices` matrices of shape (n1, n2) at its peak (2 on the
+            fused CPU path of ReLU networks, :data:`FLAT_MATRICES` otherwise); a kernel
             that needs more than ``max_memory`` is refused before anything is computed (use
             :func:`ntklab.solvers.kernel_operator` for a matrix-free kernel at that size).
         mask_constant : float, optional
@@ -895,11 +1140,15 @@ class Architecture:
             return self._masked_kernel(x1, x2, plan, max_memory, mask_constant)
         if not any(layer.spatial_layer for layer in self.layers):
             a, b = check_inputs(x1, x2)
-            _check_flat_fits(a, b, max_memory)
+            if self.input_shape is not None:
+                check_input_shape("x1", a, self.input_shape)
+                if b is not None:
+                    check_input_shape("x2", b, self.input_shape)
+            _check_flat_fits(self.layers, a, b, max_memory)
             return self._kernel(a, b, plan)
         if max_memory is not None:
             resolve_max_memory(max_memory)  # the type and sign
-        a, b = check_images(x1, x2, architecture_spatial_ndim(self.layers))
+        a, b = check_images(x1, x2, architecture_spatial_ndim(self.layers), self.input_shape)
         full = a.ndim > 2 and plan.carry == "full"
 
         def compute(xa: Tensor, xb: Tensor | None) -> Kernel:
@@ -931,7 +1180,7 @@ class Architecture:
         (a, m1), (b, m2) = masked_input("x1", x1, mask_constant), (None, None)
         if x2 is not None:
             b, m2 = masked_input("x2", x2, mask_constant)
-        a, b = check_images(a, b, spatial_ndim)
+        a, b = check_images(a, b, spatial_ndim, self.input_shape)
         if a.ndim < 3:
             raise NtklabValueError(
                 f"x1: expected sequences (n, C, L) or images (n, C, H, W) with mask_constant, "
@@ -1130,7 +1379,9 @@ class Architecture:
         out_features : int
             Output width of the last Dense layer (when it has no ``width`` of its own).
         in_features : int, optional
-            Input dimension d. When omitted, the first Dense layer is lazy: its weights are
+            Input dimension d (channels C for a first Conv layer). When omitted, the
+            architecture's ``input_shape[0]`` where it gives it (flat inputs, or a first
+            layer that is a Conv); otherwise the first Dense layer is lazy: its weights are
             created (from ``generator``) on the first forward call, as ``nn.LazyLinear`` does.
         parameterization : {"ntk", "standard", "mup"}, optional
             Overrides the parameterization of every Dense layer (default: each keeps its own).
@@ -1181,6 +1432,13 @@ class Architecture:
         check_positive_int("out_features", out_features)
         if in_features is not None:
             check_positive_int("in_features", in_features)
+        known = self._known_in_features()
+        if known is not None and in_features is not None and in_features != known:
+            raise NtklabValueError(
+                f"in_features: expected the architecture's input_shape[0] ({known}, "
+                f"input_shape={self.input_shape!r}), got {in_features}"
+            )
+        in_features = known if in_features is None else in_features
         if parameterization is not None and parameterization not in ("ntk", "standard", "mup"):
             raise NtklabValueError(
                 "parameterization: expected None, 'ntk', 'standard' or 'mup', got "
@@ -1229,6 +1487,17 @@ class Architecture:
         if alpha != 1.0:
             net = ScaledOutput(net, alpha)
         return net
+
+    def _known_in_features(self) -> int | None:
+        """The width entering the first module, from ``input_shape``: ``d`` for flat
+        inputs, ``C`` when the first layer is a convolution (otherwise a Flatten or pooling
+        may come first, and the first Dense stays lazy)."""
+        if self.input_shape is None:
+            return None
+        first = self.layers[0]
+        if len(self.input_shape) == 1 or (first.has_parameters and first.spatial_ndim):
+            return self.input_shape[0]
+        return None
 
 
 def _leaves(layers: Sequence[Layer]) -> list[Layer]:
@@ -1353,8 +1622,19 @@ class GraphLayer(Layer):
         )
 
 
-def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:
+def serial(
+    *layers: Layer | Architecture | Sequence[Layer],
+    input_shape: Sequence[int | None] | None = None,
+) -> Architecture:
     """Compose layers (and architectures) in sequence.
+
+    Parameters
+    ----------
+    *layers : Layer, Architecture or sequence of layers
+    input_shape : tuple of int or None, optional
+        The shape of one input without the batch axis, ``(d,)`` or ``(C, *S)`` (``None``
+        for an unknown size): see :class:`Architecture`. Default: that of the first item
+        when it is an architecture with one (the input of the others is a hidden layer's).
 
     Examples
     --------
@@ -1376,4 +1656,6 @@ def serial(*layers: Layer | Architecture | Sequence[Layer]) -> Architecture:
                 flat.append(item)  # type: ignore[arg-type]  # checked by Architecture
         return flat
 
-    return Architecture(tuple(flatten(layers)))
+    if input_shape is None and layers and isinstance(layers[0], Architecture):
+        input_shape = layers[0].input_shape
+    return Architecture(tuple(flatten(layers)), input_shape)  # type: ignore[arg-type]

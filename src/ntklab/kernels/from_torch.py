@@ -246,7 +246,12 @@ def from_torch(
     -------
     Architecture
         Its ``kernel(x1, x2)`` takes the inputs ``module`` takes: ``(n, d)`` or images
-        ``(n, C, L)``/``(n, C, H, W)``.
+        ``(n, C, L)``/``(n, C, H, W)``. Its ``input_shape`` is read from the layers with
+        weights that read the input (``in_features`` of the first ``nn.Linear``,
+        ``in_channels`` of the first ``nn.Conv``): ``(d,)`` or ``(C, None, None)`` (the
+        spatial size is not known from the modules), so a kernel call on another feature or
+        channel count, or on a channels-last batch, is refused; ``None`` when no such layer
+        reads the input (a ``Flatten`` first, a lazy layer).
 
     Raises
     ------
@@ -278,7 +283,7 @@ def from_torch(
             f"module: expected a network with at least one Linear or Conv layer, got "
             f"{type(module).__name__} without one"
         )
-    return serial(*layers)
+    return serial(*layers, input_shape=reader.input_shape())
 
 
 def _unsupported(mod: nn.Module, path: str, why: str) -> NtklabValueError:
@@ -299,6 +304,31 @@ class _Reader:
                 )
         self.w_std = w_std
         self.b_std = b_std
+        # (path, count, spatial rank) of each layer with weights that reads the model's input
+        self.readers: list[tuple[str, int, int]] = []
+
+    def note_input(self, path: str, rank: _Rank, count: int | None, ndim: int) -> None:
+        """Record that the module at ``path`` reads the model's input (``rank`` still unknown:
+        only layers that keep the shape came before it), with ``count`` input features or
+        channels (``None`` or 0: lazy, unknown) and ``ndim`` spatial dimensions."""
+        if rank is None and count:
+            self.readers.append((path, int(count), ndim))
+
+    def input_shape(self) -> tuple[int | None, ...] | None:
+        """The per-example input shape the layers reading the input agree on: ``(d,)`` or
+        ``(C, None, ...)`` (spatial sizes are not known from the modules); ``None`` when no
+        layer with weights reads the input directly."""
+        shapes = {(count, ndim) for _, count, ndim in self.readers}
+        if not shapes:
+            return None
+        if len(shapes) > 1:
+            seen = ", ".join(f"{c} at path {p!r}" for p, c, _ in self.readers)
+            raise NtklabValueError(
+                "module: expected the layers that read the input to agree on its features or "
+                f"channels, got {seen}"
+            )
+        count, ndim = shapes.pop()
+        return (count, *([None] * ndim))
 
     def _scale(self, value: ScaleOption, path: str, default: float) -> float:
         if value is None:
@@ -405,6 +435,7 @@ class _Reader:
     def _linear(self, mod: Any, path: str, rank: _Rank) -> tuple[list[Layer], _Rank]:
         _require_rank(mod, path, rank, (0,), "it acts on the last axis; Flatten the image first")
         fan_in = int(mod.in_features)
+        self.note_input(path, rank, fan_in, 0)
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
         return [
@@ -447,6 +478,7 @@ class _Reader:
                 )
             padding = "CIRCULAR"
         fan_in = int(mod.in_channels) * math.prod(kernel)
+        self.note_input(path, rank, int(mod.in_channels), ndim)
         w = self._scale(self.w_std, path, 1.0 / math.sqrt(3.0))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * fan_in) ** -0.5)
         conv = Conv(
@@ -466,6 +498,7 @@ class _Reader:
             raise _unsupported(
                 mod, path, f"the {mod.parameterization!r} parameterization has no kernel limit"
             )
+        self.note_input(path, rank, mod.in_features, 0)
         layer = Dense(
             w_std=mod.w_std,
             b_std=mod.b_std,
@@ -491,6 +524,7 @@ class _Reader:
         ndim = len(mod.filter_shape)
         _require_rank(mod, path, rank, (ndim,), f"it expects {ndim} spatial dimension(s)")
         kind = {ConvLocalLayer: ConvLocal, ConvTransposeLayer: ConvTranspose}.get(type(mod), Conv)
+        self.note_input(path, rank, getattr(mod, "in_channels", None), ndim)
         conv = kind(
             filter_shape=mod.filter_shape,
             strides=mod.strides,
@@ -556,6 +590,7 @@ class _Reader:
         # torch's default initialization reads the fan-in of the weight (C_in, C_out, *k) as
         # C_out |k|: Var W = 1 / (3 C_out |k|), which is w_std^2 / (C_in |k|).
         out_fan = int(mod.out_channels) * math.prod(kernel)
+        self.note_input(path, rank, int(mod.in_channels), ndim)
         w = self._scale(self.w_std, path, math.sqrt(mod.in_channels / (3.0 * mod.out_channels)))
         b = None if mod.bias is None else self._scale(self.b_std, path, (3.0 * out_fan) ** -0.5)
         conv = ConvTranspose(
