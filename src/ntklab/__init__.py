@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ConvergenceError,
     ConvergenceWarning,
     NtklabError,
     NtklabTypeError,
@@ -119,6 +120,7 @@ __all__ = [
     "Conv",
     "ConvLocal",
     "ConvTranspose",
+    "ConvergenceError",
     "ConvergenceWarning",
     "Cos",
     "Dense",

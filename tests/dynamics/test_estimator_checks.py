@@ -97,3 +97,19 @@ def test_refit_replaces_everything_and_one_sample_works() -> None:
     np.testing.assert_array_equal(first, again)
     one = _small().fit(x[:1], y[:1]).predict(x[:3])
     assert one.shape == (3,) and np.isfinite(one).all()
+
+
+@pytest.mark.parametrize(
+    ("ridge", "error"),
+    [(-1.0, NtklabValueError), (float("nan"), NtklabValueError), ("a", NtklabTypeError)],
+)
+def test_ridge_is_checked_at_fit(ridge: Any, error: type[Exception]) -> None:
+    """Before, a bad ridge passed fit and was refused only at predict (scikit-learn's rule:
+    __init__ stores, fit validates)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, 3, generator=g, dtype=F64), torch.randn(6, generator=g, dtype=F64)
+    model = KernelRegressor(_small().architecture, ridge=ridge)  # __init__ only stores
+    assert model.ridge is ridge
+    with pytest.raises(error, match="ridge: expected a"):
+        model.fit(x, y)
+    assert not hasattr(model, "dynamics_")

@@ -365,3 +365,58 @@ def test_config_fields_list_types_constraints_validator_docs_and_defaults() -> N
     assert specs["extra"].constraints == ("length >= 0",)
     assert config_checks(StrictConfig) == ("n at most the largest width.",)
     assert config_checks(FakeConfig) == ()
+
+
+# ---------------------------------------------------------------------------------------------
+# bounds before compute: the seed, and the config's own memory estimate (issue 31)
+
+
+@pytest.mark.parametrize("seed", [str(2**63), str(10**24)])
+def test_a_seed_torch_cannot_take_is_refused_at_validation(fake: Experiment, seed: str) -> None:
+    """Before, any seed >= 0 passed and the run died at torch.manual_seed."""
+    import torch
+
+    with pytest.raises((RuntimeError, ValueError)):  # what the run met, mid-run
+        torch.Generator().manual_seed(10**24)  # torch: "Overflow when unpacking long long"
+    with pytest.raises(
+        NtklabValueError,
+        match=r"--set seed: expected int >= 0, received .* \(too large: seeds are < 2\*\*63",
+    ):
+        resolve_config(fake, "tiny", {"seed": seed})
+    # the largest accepted seed is one torch takes
+    top = resolve_config(fake, "tiny", {"seed": str(2**63 - 1)}).seed
+    torch.Generator().manual_seed(top)
+
+
+class _Sized(ExperimentConfig):
+    n: Count = 10
+    width: Count = 4
+
+    def estimated_bytes(self) -> int:
+        return 8 * self.n * self.n * self.width
+
+
+def test_a_config_over_max_memory_is_refused_naming_keys_values_and_bound() -> None:
+    experiment = dataclasses.replace(fake_experiment(), config_type=_Sized)
+    assert resolve_config(experiment, "tiny", {"n": "100"}, max_memory=2**20).n == 100
+    with pytest.raises(NtklabValueError, match=r"--set n=1e6: expected .* fits max_memory") as info:
+        resolve_config(experiment, "tiny", {"n": "1e6"}, max_memory=2**20)
+    message = str(info.value)
+    assert "max_memory of 1.0 MiB" in message and "n = 1000000 (--set)" in message
+    assert "width = 4" in message and "29.1 TiB" in message  # 8 * 1e12 * 4 bytes
+
+
+def test_attention_kernel_grid_of_1e11_is_refused_before_compute(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe of issue 31: ``--set n_grid=1e11`` tried to allocate its grid of sequences.
+    Now the command line refuses it with exit status 2 and one line, nothing run."""
+    from ntklab.cli import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        main(["run", "attention-kernel", "--set", "n_grid=1e11", "--out", str(out)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "n_grid = 100000000000 (--set)" in err and "max_memory of" in err
+    assert not out.exists()

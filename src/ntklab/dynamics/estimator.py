@@ -21,7 +21,7 @@ from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
 from sklearn.utils.validation import check_array
 from torch import Tensor
 
-from .._checks import check_positive_int
+from .._checks import check_nonnegative, check_positive_int
 from .._inputs import check_kernel_inputs
 from ..errors import NtklabTypeError, NtklabValueError
 from .feature_space import FeatureDynamics, feature_dynamics
@@ -302,6 +302,8 @@ class KernelRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         if self.kernel not in ("ntk", "nngp"):
             raise NtklabValueError(f"kernel: expected 'ntk' or 'nngp', got {self.kernel!r}")
         _working_dtype(self.dtype)
+        # at fit, not first at predict (scikit-learn: __init__ stores, fit validates)
+        check_nonnegative("ridge", self.ridge)
         if self.num_features is not None:
             check_positive_int("num_features", self.num_features)
 

@@ -147,6 +147,20 @@ class AttentionKernelConfig(ExperimentConfig):
         _strictly_increasing("n_trains", self.n_trains)
         return self
 
+    def estimated_bytes(self) -> int:
+        """A lower bound of the peak memory, in bytes (float64 entries), that
+        :func:`~ntklab.experiments.config.resolve_config` checks against ``max_memory``
+        before compute: the grid of sequences (``n_grid x C x L``), its empirical NTK
+        (``n_grid^2``), and the regression's analytic kernel over all training and test
+        sequences with its position pairs (``n^2 L^2``, ``n = max(n_trains) + n_test``)."""
+        n = max(self.n_trains) + self.n_test
+        grid = self.n_grid * self.channels * self.seq_len
+        return 8 * (grid + self.n_grid**2 + n * n * self.seq_len**2)
+
+    def size_keys(self) -> tuple[str, ...]:
+        """The keys :meth:`estimated_bytes` grows with."""
+        return ("n_grid", "channels", "seq_len", "n_trains", "n_test")
+
 
 def transformer(n_heads: int = 1) -> nk.Architecture:
     """Embedding, one post-norm transformer block, mean pooling and a linear readout."""

@@ -15,7 +15,11 @@ and the validators of the config class, every config obeys three generic rules
   (``Field(allow_inf_nan=True)``);
 - tuples, lists, sets and dicts (grids) are non-empty, unless the field sets its own
   ``min_length``;
-- ``seed`` is >= 0.
+- ``seed`` is >= 0 and below :data:`SEED_LIMIT` (:math:`2^{63}`: torch's and numpy's
+  generators take 64-bit seeds, and results store it as a JSON integer);
+- the config's own estimate of its peak memory (a method ``estimated_bytes()`` of the config
+  class, where an experiment's sizes become large tensors) fits ``max_memory`` (default: the
+  policy of :mod:`ntklab.memory`), so that ``--set n_grid=1e11`` is refused before compute.
 
 Every error is one line that names the key, what was expected and what was received.
 """
@@ -41,11 +45,14 @@ from pydantic import ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from ntklab.errors import NtklabValueError
+from ntklab.memory import format_bytes, resolve_max_memory
 
 from .base import Experiment, ExperimentConfig
 
 __all__ = [
+    "SEED_LIMIT",
     "FieldSpec",
+    "check_estimated_memory",
     "config_checks",
     "config_fields",
     "config_hash",
@@ -57,6 +64,10 @@ __all__ = [
     "parse_set_options",
     "resolve_config",
 ]
+
+#: Seeds are below 2**63: torch's and numpy's generators take 64-bit seeds (torch refuses
+#: 2**64 and above), and an int64 survives numpy arrays and every JSON reader.
+SEED_LIMIT = 2**63
 
 _NONE_WORDS = frozenset({"none", "null"})
 #: Validation config of ``--set`` values: floats are finite unless a field allows otherwise.
@@ -213,7 +224,7 @@ def generic_rules(config_type: type[ExperimentConfig], key: str) -> tuple[str, .
 
     ``"finite"`` when it holds floats and does not allow ``inf``/``nan``; ``"non-empty"``
     for a tuple, list, set or dict without its own ``min_length``; ``">= 0"`` for ``seed``
-    without its own lower bound.
+    without its own lower bound. (``seed`` is also checked below :data:`SEED_LIMIT`.)
 
     Examples
     --------
@@ -543,6 +554,8 @@ def _generic_problem(config_type: type[ExperimentConfig], key: str, value: objec
     rules = generic_rules(config_type, key)
     if ">= 0" in rules and isinstance(value, int | float) and value < 0:
         return "negative"
+    if key == "seed" and isinstance(value, int | float) and value >= SEED_LIMIT:
+        return f"too large: seeds are < 2**63 = {SEED_LIMIT}, the 64-bit seeds torch takes"
     collection = isinstance(value, collections.abc.Collection) and not isinstance(value, str)
     if "non-empty" in rules and collection and not value:
         return "empty"
@@ -605,6 +618,8 @@ def resolve_config(
     experiment: Experiment,
     scale: str = "quick",
     overrides: Mapping[str, str] = MappingProxyType({}),
+    *,
+    max_memory: int | None = None,
 ) -> ExperimentConfig:
     """The config of ``experiment`` at ``scale`` with the command line's overrides, validated.
 
@@ -617,6 +632,10 @@ def resolve_config(
     overrides : mapping of str to str
         ``--set key=value`` pairs, values as text (see :func:`parse_override`). Values that
         are not strings are taken as they are.
+    max_memory : int, optional
+        Bytes the run may use; the config's ``estimated_bytes()`` (when its class defines
+        one) must fit. Default: the policy of :mod:`ntklab.memory` (half of the memory this
+        process may still use).
 
     Returns
     -------
@@ -630,7 +649,9 @@ def resolve_config(
         scale (names it and lists the valid keys); a value of the wrong type, out of its
         field's constraints, refused by a validator of the config, or breaking a generic rule
         (:func:`generic_rules`). The message names the key and where it comes from (``--set
-        KEY``, the scale, the default), what was expected and what was received.
+        KEY``, the scale, the default), what was expected and what was received. Also a
+        config whose estimated peak memory exceeds ``max_memory``
+        (:func:`check_estimated_memory`).
     """
     if scale not in experiment.scales:
         raise NtklabValueError(
@@ -651,7 +672,54 @@ def resolve_config(
     except ValidationError as exc:
         raise NtklabValueError(_model_error(exc, sources, values)) from None
     _check_generic(config_type, dict(config), sources, values)
+    check_estimated_memory(config, max_memory, sources=sources)
     return config
+
+
+def check_estimated_memory(
+    config: ExperimentConfig, max_memory: int | None = None, *, sources: _Sources | None = None
+) -> None:
+    """Refuse, before any compute, a config whose estimated peak memory exceeds the budget.
+
+    A config class declares the estimate by a method ``estimated_bytes(self) -> int`` (the
+    bytes of its largest simultaneous tensors, computed from its sizes) and names the keys
+    that drive it in ``size_keys(self) -> tuple[str, ...]`` (default: every int field). Config
+    classes without ``estimated_bytes`` are not checked.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+    max_memory : int, optional
+        Bytes; default the policy of :mod:`ntklab.memory`.
+
+    Raises
+    ------
+    NtklabValueError
+        Naming the size keys and their values, the estimate and the bound.
+    """
+    estimate = getattr(config, "estimated_bytes", None)
+    if not callable(estimate):
+        return
+    need = int(estimate())
+    bound = resolve_max_memory(max_memory, "cpu")
+    if need <= bound:
+        return
+    keys_of = getattr(config, "size_keys", None)
+    keys = (
+        tuple(keys_of())
+        if callable(keys_of)
+        else tuple(k for k, v in dict(config).items() if type(v) is int and k != "seed")
+    )
+    where = sources.whole() if sources is not None else f"config {type(config).__name__}"
+    given = sources.texts if sources is not None else {}
+    named = ", ".join(
+        f"{k} = {getattr(config, k)!r}" + (" (--set)" if k in given else "") for k in keys
+    )
+    raise NtklabValueError(
+        f"{where}: expected a config whose estimated peak memory fits max_memory of "
+        f"{format_bytes(bound)}, received one that needs about {format_bytes(need)} "
+        f"({named}); lower these sizes, or run where more memory is available"
+    )
 
 
 def _check_generic(

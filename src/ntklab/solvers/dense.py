@@ -121,6 +121,29 @@ def symmetrize(a: Tensor) -> Tensor:
     return 0.5 * (a + a.transpose(-1, -2))
 
 
+def _check_square_finite(name: str, a: object) -> Tensor:
+    """Return ``a`` if it is a floating tensor of shape (..., n, n) with finite entries, else
+    raise naming ``name``, the shape and the count of NaN or inf entries (a NaN matrix is not
+    "not positive semi-definite": it is not a matrix of numbers)."""
+    if not isinstance(a, Tensor):
+        raise NtklabTypeError(f"{name}: expected a torch.Tensor of shape (n, n), got {type(a)}")
+    if not a.is_floating_point():
+        raise NtklabTypeError(f"{name}: expected a floating dtype, got {a.dtype}")
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise NtklabValueError(
+            f"{name}: expected a square matrix of shape (n, n), got shape {tuple(a.shape)}"
+        )
+    finite = torch.isfinite(a)
+    if not bool(finite.all()):
+        nan = int(torch.isnan(a).sum())
+        inf = int((~finite).sum()) - nan
+        raise NtklabValueError(
+            f"{name}: expected finite values, got {nan} NaN and {inf} inf entries (of "
+            f"{a.numel()}, shape {tuple(a.shape)})"
+        )
+    return a
+
+
 def psd_eigh(a: Tensor, *, name: str = "matrix") -> Eigh:
     """Eigendecomposition of a symmetric PSD matrix with negative eigenvalues clamped to 0.
 
@@ -145,7 +168,15 @@ def psd_eigh(a: Tensor, *, name: str = "matrix") -> Eigh:
     -----
     NumericalWarning
         When an eigenvalue below :math:`-n\\,\\epsilon \\max_i |\\lambda_i|` was clamped.
+
+    Raises
+    ------
+    NtklabValueError
+        When ``a`` is not square, or has NaN or inf entries (named as such, with ``name``).
+    NtklabTypeError
+        When ``a`` is not a floating tensor.
     """
+    _check_square_finite(name, a)
     values, vectors = torch.linalg.eigh(a)
     negative = values < 0
     clamped = int(negative.sum())
@@ -190,8 +221,9 @@ def cholesky_with_jitter(a: Tensor, *, name: str = "matrix") -> Cholesky:
     ------
     NtklabValueError
         When even a jitter of ``1e-3`` times the mean diagonal does not make ``a`` factorizable
-        (it is then far from PSD).
+        (it is then far from PSD); when ``a`` is not square or has NaN or inf entries.
     """
+    _check_square_finite(name, a)
     factor, info = torch.linalg.cholesky_ex(a)
     if int(info) == 0:
         return Cholesky(factor=factor, jitter=0.0)

@@ -35,7 +35,7 @@ from torch import Tensor
 from .._repr import short_repr
 from ..errors import NtklabValueError
 from ..memory import resolve_max_memory
-from .cg import CGResult, conjugate_gradient
+from .cg import CGResult, OnFailure, check_on_failure, report, run_cg
 from .dense import cholesky_with_jitter
 from .operator import KernelOperator, LinearOperator, operator_columns
 
@@ -145,6 +145,7 @@ def falkon(
     max_memory: int | None = None,
     tol: float = 1e-8,
     max_iter: int = 200,
+    on_failure: OnFailure | None = "raise",
 ) -> NystromFit:
     """FALKON: Nystrom kernel ridge regression on ``centres`` by preconditioned CG.
 
@@ -159,11 +160,26 @@ def falkon(
     max_memory : int, optional
         :math:`K_{nM}` (``8 n m`` bytes) is stored when it fits, else recomputed per product.
         Default ``None``: the policy of :mod:`ntklab.memory` on the operator's device.
+    tol : float
+        Relative residual of the preconditioned system at which CG stops.
+    max_iter : int
+    on_failure : {"raise", "warn"} or None
+        When ``max_iter`` runs out before ``tol``: raise
+        :class:`~ntklab.errors.ConvergenceError` (whose ``best`` holds the coefficients of the
+        best iterate), or warn with a :class:`~ntklab.errors.ConvergenceWarning` and return
+        them (best effort); ``None`` leaves the verdict to the caller (``fit.cg.converged``).
 
     Returns
     -------
     NystromFit
+
+    Raises
+    ------
+    ConvergenceError
+        See ``on_failure``.
     """
+    if on_failure is not None:
+        check_on_failure(on_failure)
     n = op.shape[0]
     m = centres.numel()
     lam = ridge / n
@@ -202,6 +218,16 @@ def falkon(
 
     y64 = y.to(torch.float64)
     b = ainv_t(tinv_t(bwd(y64) / n))
-    res = conjugate_gradient(apply, b, tol=tol, max_iter=max_iter)
+    res = run_cg(apply, b, precondition=None, x0=None, tol=tol, max_iter=max_iter, callback=None)
     alpha = tinv(ainv(res.solution))
+    if on_failure is not None:
+        report(
+            res,
+            tol=tol,
+            max_iter=max_iter,
+            on_failure=on_failure,
+            best=alpha,
+            name="falkon",
+            stacklevel=3,
+        )
     return NystromFit(coefficients=alpha, centres=centres, cg=res, stored_knm=stored)
