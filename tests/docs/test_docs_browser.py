@@ -1,49 +1,30 @@
-"""The built site in a real headless browser (Chromium, no network): every page loads
+"""The built site in a real headless browser (Chromium, network blocked): every page loads
 without a failed request or a JavaScript error, its math is typeset by MathJax, its images
 are decoded.
 
 Runs where Chromium, chromedriver and selenium are installed (Debian: ``apt-get install
-chromium chromium-driver``; ``pip install ".[docs]"``) and is skipped elsewhere. It
-reads the site that ``built_site`` builds once per test session.
+chromium chromium-driver``; ``pip install ".[docs]"``) and is skipped elsewhere, unless
+``NTKLAB_REQUIRE_BROWSER=1`` (see ``tests/_browser.py``). It reads the site that
+``built_site`` builds once per test session.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-_CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-_DRIVER = shutil.which("chromedriver")
+from _browser import chromium, load
+
+pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not (_CHROMIUM and _DRIVER):
-        pytest.skip("Chromium and chromedriver are not installed")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = _CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--allow-file-access-from-files",
-        # no network: every host name fails to resolve
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = webdriver.ChromeService(executable_path=_DRIVER)
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(60)
-    try:
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 _STATE = """
@@ -74,21 +55,20 @@ wait();
 """
 
 
-def test_every_page_loads_with_math_and_images(built_site: Path, browser) -> None:  # type: ignore[no-untyped-def]
-    browser.set_script_timeout(60)
+def test_every_page_loads_with_math_and_images(built_site: Path, browser: Any) -> None:
     pages = sorted(built_site.rglob("*.html"))
     assert len(pages) >= 20
     problems: list[str] = []
     math_pages = image_count = 0
     for page in pages:
         rel = page.relative_to(built_site)
-        browser.get(page.as_uri())
+        problems += [f"{rel}: {p}" for p in load(browser, page.as_uri())]
         state = browser.execute_async_script(_STATE)
         for entry in browser.get_log("browser"):
             if entry["level"] == "SEVERE":
                 problems.append(f"{rel}: console: {entry['message'][:300]}")
         for url in state["requests"]:
-            if not url.startswith("file://"):
+            if not url.startswith(("file://", "data:")):
                 problems.append(f"{rel}: requested {url}")
         if state["math"]:
             math_pages += 1

@@ -58,6 +58,10 @@ pre { background: #f6f8fa; padding: .7rem; overflow-x: auto; font-size: .82rem; 
 th.quick, td.quick { border-top: 3px solid #0b5cad; }
 th.paper, td.paper { border-top: 3px solid #6a1b9a; }
 .notrun { color: #777; font-style: italic; }
+.wide { overflow-x: auto; margin: .8rem 0; } .wide > table { margin: 0; }
+p code { overflow-wrap: anywhere; }
+@media (max-width: 48rem) { body { margin: 1rem auto; } .sides { grid-template-columns: 1fr; } }
+@media print { .wide { overflow-x: visible; } }
 """
 
 
@@ -160,7 +164,10 @@ def _summary_table(results: Sequence[RunResult]) -> str:
             "Figure",
         )
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f'<div class="wide"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _metrics_table(result: RunResult) -> str:
@@ -176,7 +183,10 @@ def _metrics_table(result: RunResult) -> str:
         for m in result.metrics
     ]
     head = "".join(f"<th>{h}</th>" for h in ("Metric", "Value", "CI", "Predicted", "Unit", "Note"))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f'<div class="wide"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def figure_caption(result: RunResult, figure: str) -> str:
