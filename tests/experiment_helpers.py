@@ -38,7 +38,7 @@ from ntklab.experiments.runner import run_experiment
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["FakeConfig", "fake_experiment", "registered", "run_tiny"]
+__all__ = ["FakeConfig", "fake_experiment", "registered", "relu_kernels_numpy", "run_tiny"]
 
 
 @contextmanager
@@ -184,3 +184,36 @@ def fake_experiment(
         judge=judge,
         draw=draw,
     )
+
+
+def relu_kernels_numpy(x1: Any, x2: Any, depth: int, w_std: float, b_std: float) -> tuple[Any, Any]:
+    """NNGP and NTK of ``depth x [Dense(w_std, b_std), Relu] + Dense(w_std, b_std)`` in the
+    NTK parameterization, in numpy, from the arc-cosine closed forms (Cho & Saul 2009;
+    Jacot et al. 2018), independent of ntklab's kernels: the reference that a wrong kernel
+    (``tools/mutation_check.py``'s ``kernel`` mutation) cannot reach.
+
+    .. math:: K_0 = \\sigma_w^2 \\frac{x^\\top x'}{d} + \\sigma_b^2, \\quad
+              K_{l+1} = \\sigma_w^2 \\frac{\\sqrt{K_{11} K_{22}}}{2\\pi}
+              (\\sin\\theta + (\\pi - \\theta)\\cos\\theta) + \\sigma_b^2, \\quad
+              \\Theta_{l+1} = \\sigma_w^2 \\frac{\\pi - \\theta}{2\\pi} \\Theta_l + K_{l+1}.
+
+    Returns ``(nngp, ntk)``, arrays of shape ``(n1, n2)``.
+    """
+    import numpy as np
+
+    a, b = np.asarray(x1, dtype=np.float64), np.asarray(x2, dtype=np.float64)
+    d = a.shape[1]
+    w2, b2 = w_std**2, b_std**2
+    k = w2 * a @ b.T / d + b2
+    k1 = w2 * np.einsum("ij,ij->i", a, a) / d + b2
+    k2 = w2 * np.einsum("ij,ij->i", b, b) / d + b2
+    theta_ntk = k.copy()
+    for _ in range(depth):
+        norm = np.sqrt(np.outer(k1, k2))
+        cos = np.clip(k / norm, -1.0, 1.0)
+        angle = np.arccos(cos)
+        k = w2 * norm / (2 * np.pi) * (np.sin(angle) + (np.pi - angle) * cos) + b2
+        theta_ntk = w2 * (np.pi - angle) / (2 * np.pi) * theta_ntk + k
+        k1 = w2 * k1 / 2 + b2
+        k2 = w2 * k2 / 2 + b2
+    return k, theta_ntk

@@ -5,7 +5,9 @@ C2: gradient flow on the NTK is kernel regression
 Jacot, Gabriel & Hongler (2018, arXiv:1806.07572), "Neural tangent kernel"; Lee et al.
 (2019, arXiv:1902.06720), "Wide neural networks of any depth evolve as linear models under
 gradient descent": gradient flow reaches the minimum-norm kernel interpolant, follows the
-matrix exponential at finite time, and gradient descent converges to it.
+matrix exponential at finite time, and gradient descent converges to it; and networks of
+growing width trained by gradient descent follow that flow ever more closely, their distance
+to it falling like :math:`n^{-1/2}` in the width :math:`n` (Lee et al. 2019, Theorem 2.1).
 
 Experiment ``flow-equals-krr`` (:mod:`ntklab.experiments.flow_equals_krr`);
 ``ntklab show flow-equals-krr`` lists its config at each scale.

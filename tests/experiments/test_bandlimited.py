@@ -1,9 +1,11 @@
-"""A4 ``bandlimited``: its judge on both sides of every threshold, its config's constraints,
-its tiny run against an independent recomputation, and the NTK side against a direct KRR."""
+"""A4 ``bandlimited``: its judge on both sides of every threshold, its baseline warning and its
+control, its config's constraints, its tiny run against an independent recomputation (the
+NTK from its closed form in NumPy), and the NTK side against a direct KRR."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +23,8 @@ from ntklab.experiments import (
     metrics_from_values,
     resolve_config,
 )
-from ntklab.experiments.bandlimited import BandlimitedConfig, ntk_test_mse, ratio_name
+from ntklab.experiments.bandlimited import BandlimitedConfig, ntk_test_mse, ratio_name, sweep_name
+from ntklab.experiments.base import verdict_of
 from ntklab.experiments.spectrum_s1 import relu_network
 from ntklab.nets import ensemble, train_ensemble
 
@@ -39,9 +42,17 @@ F = bl.RATIO_FACTOR
 CEIL = bl.NOISELESS_MAX_RATIO
 
 
+BASELINE = {
+    "baseline_warning": 0.0,
+    "baseline_beaten_cells": 0.0,
+    "f0_energy_over_net_mse": 0.0,
+    "f0_mean_square": 0.0,
+}
+
+
 def _metrics(**changed: float) -> dict[str, float]:
     """Every cell at ratio 1 (a clear pass), with ``changed`` cells (by metric name) set."""
-    values = {ratio_name(*cell): 1.0 for cell in CELLS}
+    values = {ratio_name(*cell): 1.0 for cell in CELLS} | BASELINE
     for key, value in changed.items():
         assert key in values, key
         values[key] = value
@@ -59,8 +70,8 @@ CLEAN = ratio_name("circle", "noiseless", 32)
         ({NOISY: F * 0.99}, True),  # just inside the upper bound
         ({NOISY: F * 1.01}, False),  # just outside it
         ({NOISY: F}, True),  # the bound itself is inside ("within a factor 3")
-        ({NOISY: 1.01 / F}, True),  # just inside the lower bound
-        ({NOISY: 0.99 / F}, False),  # just outside it
+        ({NOISY: 0.99 / F}, True),  # the NTK 3x better: a baseline warning, not a FAIL
+        ({NOISY: 1e-3}, True),  # one-sided: no lower bound
         ({CLEAN: CEIL * 0.99}, True),  # noiseless just below the ceiling
         ({CLEAN: CEIL * 1.01}, False),  # just above it
         ({CLEAN: CEIL}, False),  # "below 30" is strict
@@ -78,21 +89,92 @@ def test_judge_thresholds(changed: dict[str, float], passed: bool) -> None:
         assert f"{value:.3g}" in judgement.summary  # the figure, in the range shown
         if not passed:  # and the failing cell by name
             assert key in judgement.summary
-    assert f"[1/{F:g}, {F:g}]" in judgement.criterion
+    assert judgement.controls_failed == ()
+    assert f"at most {F:g}" in judgement.criterion and "[1/" not in judgement.criterion
     assert f"below {CEIL:g}" in judgement.criterion
     assert "n = 32, 128" in judgement.criterion and "circle, sphere" in judgement.criterion
 
 
 def test_judge_criterion_follows_the_grid_that_ran() -> None:
     config = BandlimitedConfig(targets=("sphere",), ns=(64,), noiseless=False, ratio_factor=2.0)
-    values = {ratio_name("sphere", "noisy", 64): 2.5}
+    values = {ratio_name("sphere", "noisy", 64): 2.5} | BASELINE
     judgement = bl.judge(config, metrics_from_values(values))
     assert not judgement.passed
-    assert "n = 64 on targets sphere" in judgement.criterion and "[1/2, 2]" in judgement.criterion
-    assert "noiseless" not in judgement.criterion
+    assert "n = 64 on targets sphere" in judgement.criterion and "at most 2" in judgement.criterion
+    assert "noiseless" not in judgement.criterion and "f0 = 0" in judgement.criterion
     assert "2.5" in judgement.summary
-    ok = bl.judge(config, metrics_from_values({ratio_name("sphere", "noisy", 64): 1.9}))
-    assert ok.passed and "1.9" in ok.summary
+    values[ratio_name("sphere", "noisy", 64)] = 1.9
+    ok = bl.judge(config, metrics_from_values(values))
+    assert ok.passed and "1.9" in ok.summary and "baseline warning" not in ok.summary
+    random_f0 = config.model_copy(update={"zero_output": False})
+    assert "a random f0" in bl.judge(random_f0, metrics_from_values(values)).criterion
+
+
+def test_judge_states_the_baseline_warning_without_judging_it() -> None:
+    values = _metrics(**{NOISY: 0.1}) | {"baseline_warning": 1.0, "baseline_beaten_cells": 1.0}
+    judgement = bl.judge(JUDGE_CONFIG, metrics_from_values(values))
+    assert judgement.passed and "baseline warning: 1 noisy cells" in judgement.summary
+    assert verdict_of(judgement.passed, judgement.controls_failed, "quick") == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("zero_output", "f0_ms", "error"), [(True, 0.0, False), (True, 0.3, True), (False, 0.3, False)]
+)
+def test_judge_control_of_zero_output(zero_output: bool, f0_ms: float, error: bool) -> None:
+    """With zero_output the networks' f0 must be 0: else the verdict is ERROR."""
+    config = JUDGE_CONFIG.model_copy(update={"zero_output": zero_output})
+    judgement = bl.judge(config, metrics_from_values(_metrics() | {"f0_mean_square": f0_ms}))
+    assert judgement.passed
+    assert bool(judgement.controls_failed) is error
+    expected = "ERROR" if error else "PASS"
+    assert verdict_of(judgement.passed, judgement.controls_failed, "quick") == expected
+    if error:
+        assert "0.3" in judgement.controls_failed[0]
+
+
+SMALL = BandlimitedConfig(
+    targets=("sphere",),
+    ns=(64,),
+    seeds=2,
+    n_test=200,
+    noiseless=False,
+    ntk_depths=(1,),
+    width=64,
+    learning_rate=0.1,
+    t=200,
+    record_every=20,
+    width_sweep=(),
+)
+
+
+@pytest.mark.parametrize("zero_output", [False, True])
+def test_baseline_warning_flags_a_network_with_random_f0(zero_output: bool, tmp_path: Path) -> None:
+    """A network with f0 != 0 is flagged by the baseline warning (its f0's mean square above
+    its test MSE); the same network with f0 = 0 is not flagged for f0, and its f0 is 0."""
+    config = SMALL.model_copy(update={"zero_output": zero_output})
+    out = bl.measure(config, RunContext(out_dir=tmp_path, seed=0))
+    metrics = {m.name: m.value for m in out.metrics}
+    f0_ms = out.arrays["f0_ms_sphere_noisy_n64"]
+    net = out.arrays["net_mse_sphere_noisy_n64"]
+    if zero_output:
+        assert metrics["f0_mean_square"] == 0.0 and metrics["f0_energy_over_net_mse"] == 0.0
+        assert not any("random f0" in note for note in out.notes)
+    else:
+        # the Dense-Relu-Dense network's f0 on the unit sphere of R^5 has variance
+        # w_std^2 E[relu(h)^2] + b_std^2 with Var h = w_std^2 / d + b_std^2 (0.42): two
+        # random networks of width 64 scatter around it
+        var_h = config.w_std**2 / config.sphere_dim + config.b_std**2
+        expected = config.w_std**2 * var_h / 2 + config.b_std**2
+        assert 0.4 * expected < float(np.mean(f0_ms)) < 2.5 * expected
+        np.testing.assert_allclose(metrics["f0_mean_square"], np.mean(f0_ms), rtol=1e-12)
+        np.testing.assert_allclose(
+            metrics["f0_energy_over_net_mse"], np.mean(f0_ms) / _geomean(net), rtol=1e-12
+        )
+        assert metrics["f0_energy_over_net_mse"] > bl.F0_ENERGY_WARNING
+        assert metrics["baseline_warning"] == 1.0
+        assert any("random f0" in note for note in out.notes)
+    beaten = metrics["ratio[sphere,noisy,n=64]"] < 1 / F
+    assert metrics["baseline_beaten_cells"] == float(beaten)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,6 +197,11 @@ def test_judge_criterion_follows_the_grid_that_ran() -> None:
         ("ridges", "-1e-3"),
         ("sphere_dim", "1"),
         ("width", "0"),
+        ("width", "255"),  # odd with zero_output
+        ("width_sweep", "64,65"),
+        ("width_sweep", "64,64"),
+        ("sweep_seeds", "4"),  # more than seeds = 3
+        ("sweep_n", "1"),
         ("learning_rate", "0"),
     ],
 )
@@ -139,6 +226,28 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
 
 def _geomean(values: np.ndarray) -> float:
     return float(np.exp(np.log(values).mean()))
+
+
+def relu_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w_std: float, b_std: float) -> np.ndarray:
+    """The NTK of ``depth x [Dense, Relu] + Dense`` (NTK parameterization) in closed form:
+    the arc-cosine kernels of degree 1 and 0 (Cho & Saul 2009) in the recursion of Jacot et
+    al. 2018, written here in NumPy independently of ntklab's kernels."""
+    d = x1.shape[1]
+    q11 = w_std**2 * np.sum(x1 * x1, axis=1) / d + b_std**2
+    q22 = w_std**2 * np.sum(x2 * x2, axis=1) / d + b_std**2
+    q12 = w_std**2 * (x1 @ x2.T) / d + b_std**2
+    theta = q12.copy()
+    for _ in range(depth):
+        norm = np.sqrt(np.outer(q11, q22))
+        cos = np.clip(q12 / norm, -1.0, 1.0)
+        angle = np.arccos(cos)
+        k1 = norm * (np.sin(angle) + (np.pi - angle) * cos) / (2 * np.pi)
+        k0 = (np.pi - angle) / (2 * np.pi)
+        q12 = w_std**2 * k1 + b_std**2
+        theta = q12 + w_std**2 * k0 * theta
+        q11 = w_std**2 * q11 / 2 + b_std**2
+        q22 = w_std**2 * q22 / 2 + b_std**2
+    return theta
 
 
 def test_tiny_ratios_are_the_geometric_means_of_the_recorded_mses(tiny: RunResult) -> None:
@@ -166,12 +275,30 @@ def test_tiny_ratios_are_the_geometric_means_of_the_recorded_mses(tiny: RunResul
     np.testing.assert_allclose(
         metrics["noiseless_ratio_max"].value, max(ratios["noiseless"]), rtol=1e-12
     )
+    # the width sweep: NTK / network of each width and initialization from its arrays
+    assert list(arrays["sweep_widths"]) == list(config.width_sweep)
+    for i, width in enumerate(config.width_sweep):
+        for zero in (True, False):
+            net = arrays[f"sweep_net_mse_{'zero' if zero else 'random'}"][i]
+            assert net.shape == (config.sweep_seeds,) and np.all(net > 0)
+            np.testing.assert_allclose(
+                metrics[sweep_name(width, zero)].value,
+                _geomean(arrays["sweep_ntk_mse"] / net),
+                rtol=1e-12,
+            )
+    # f0 = 0 networks (the default): the control holds and the warning is not about f0
+    assert metrics["f0_mean_square"].value == 0.0
+    assert metrics["f0_energy_over_net_mse"].value == 0.0
+    beaten = sum(r < 1 / F for r in ratios["noisy"])
+    assert metrics["baseline_beaten_cells"].value == beaten
+    assert metrics["baseline_warning"].value == float(beaten > 0)
     assert (tiny.run_dir / "bandlimited.png").is_file()
 
 
 def test_tiny_ntk_mse_against_a_numpy_recomputation(tiny: RunResult) -> None:
     """The NTK side of cell (circle, noisy, n = 32), seed 0, recomputed from regenerated data
-    with the depth and the ridge chosen on the validation split by dense NumPy solves."""
+    with the ReLU NTK's closed form in NumPy (:func:`relu_ntk`, not ntklab's kernels), the
+    depth and the ridge chosen on the validation split by dense NumPy solves."""
     config = BandlimitedConfig.model_validate(tiny.config)
     n = config.ns[0]
     gen = RunContext(out_dir=tiny.run_dir, seed=config.seed).generator(f"circle-n{n}-seed0")
@@ -184,9 +311,8 @@ def test_tiny_ntk_mse_against_a_numpy_recomputation(tiny: RunResult) -> None:
     n_fit = n - n_val
     best = (math.inf, math.nan)
     for depth in config.ntk_depths:
-        arch = relu_network(depth, config.w_std, config.b_std)
-        k = arch.kernel(x, x).ntk.detach().numpy()
-        kt = arch.kernel(x_test, x).ntk.detach().numpy()[:, :n_fit]
+        k = relu_ntk(x.numpy(), x.numpy(), depth, config.w_std, config.b_std)
+        kt = relu_ntk(x_test.numpy(), x.numpy(), depth, config.w_std, config.b_std)[:, :n_fit]
         scale = np.mean(np.diag(k))
         for rel in config.ridges:
             alpha = np.linalg.solve(k[:n_fit, :n_fit] + rel * scale * np.eye(n_fit), y[:n_fit])
@@ -196,6 +322,18 @@ def test_tiny_ntk_mse_against_a_numpy_recomputation(tiny: RunResult) -> None:
     recorded = np.load(tiny.run_dir / "arrays.npz")[f"ntk_mse_circle_noisy_n{n}"][0]
     # the same solves by eigendecomposition (library) and by LU (here): rounding only
     np.testing.assert_allclose(recorded, best[1], rtol=1e-6)
+
+
+def test_relu_ntk_reference_is_the_analytic_ntk() -> None:
+    """The NumPy closed form of this file and ntklab's analytic ReLU NTK agree (so both sides
+    of the recomputation above are the NTK, and a wrong kernel shows as a mismatch)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    z = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+    for depth in (1, 3):
+        arch = relu_network(depth, math.sqrt(2.0), 0.1)
+        expected = relu_ntk(x.numpy(), z.numpy(), depth, math.sqrt(2.0), 0.1)
+        np.testing.assert_allclose(arch.kernel(x, z).ntk.numpy(), expected, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +381,7 @@ def _one_run_network_test_mse(
         config.width,
         in_features=d,
         parameterization=config.parameterization,
+        zero_output=config.zero_output,
         generator=gen,
         dtype=torch.float32,
     )
@@ -270,6 +409,7 @@ def _one_run_network_test_mse(
     [
         ({}, 32),  # the quick scale's first cell: members stop at different steps
         ({"width": 32, "t": 50, "record_every": 7, "learning_rate": 0.2}, 24),
+        ({"width": 32, "t": 50, "record_every": 7, "zero_output": False}, 24),
     ],
 )
 def test_network_side_equals_one_recorded_run(changes: dict[str, float], n: int) -> None:
@@ -281,7 +421,7 @@ def test_network_side_equals_one_recorded_run(changes: dict[str, float], n: int)
     x = torch.stack([d[0] for d in data])
     y = torch.stack([d[1] + 0.1 * torch.randn(n, generator=gen, dtype=d[1].dtype) for d in data])
     x_test, f_test = torch.stack([d[2] for d in data]), torch.stack([d[3] for d in data])
-    got, stops = bl.network_test_mse(
+    got, stops, f0_ms = bl.network_test_mse(
         config, x, y, x_test, f_test, n_fit, torch.Generator().manual_seed(5)
     )
     expected, expected_stops = _one_run_network_test_mse(
@@ -289,6 +429,7 @@ def test_network_side_equals_one_recorded_run(changes: dict[str, float], n: int)
     )
     np.testing.assert_array_equal(stops, expected_stops)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert f0_ms.shape == (3,) and bool(np.all(f0_ms == 0)) is config.zero_output
     if not changes:
         assert len(set(stops.tolist())) > 1
 

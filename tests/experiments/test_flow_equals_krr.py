@@ -1,6 +1,8 @@
 """C2 ``flow-equals-krr``: its judge on both sides of every threshold, its config's errors, its
-tiny run's metrics against closed forms recomputed in numpy from the stored kernels, and its
-pieces against independent references (an eigendecomposition, an explicit GD loop)."""
+tiny run's metrics against closed forms recomputed in numpy from the stored kernels, its
+trained networks against a plain torch GD loop and the flow they are compared with against a
+numpy ReLU NTK (arc-cosine kernels, Cho & Saul 2009), and its pieces against independent
+references (an eigendecomposition, an explicit GD loop)."""
 
 from __future__ import annotations
 
@@ -14,26 +16,39 @@ from scipy import stats
 from experiment_helpers import run_tiny
 from ntklab.dynamics import linearized_dynamics
 from ntklab.errors import NtklabValueError
-from ntklab.experiments import get_experiment, metrics_from_values, resolve_config
+from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
 from ntklab.experiments.flow_equals_krr import (
     EXPM_TOL,
+    FLOOR_RATIO,
     GD_ORDER,
     GOTCHA_RATIO,
     LIMIT_TOL,
+    NET_SLOPE,
     FlowEqualsKrrConfig,
     flow_by_expm,
     judge,
+    net_step_counts,
     relu_network,
     time_labels,
 )
 from ntklab.experiments.result import RunResult
+from ntklab.nets import ensemble
 
 NAME = "flow-equals-krr"
 
 # ---------------------------------------------------------------------------------------------
 # judge
 
-TINY = FlowEqualsKrrConfig(n_train=12, n_test=6, width=64, n_samples=200, chunk=200)
+TINY = FlowEqualsKrrConfig(
+    n_train=12,
+    n_test=6,
+    width=64,
+    n_samples=200,
+    chunk=200,
+    net_widths=(16, 32, 64),
+    net_members=2,
+    net_dtype="float64",
+)
 LABELS = time_labels(TINY.times)  # t=1N/lmax, t=10N/lmax, t=100N/lmax, t=inf
 
 
@@ -47,6 +62,11 @@ def passing_values() -> dict[str, float | tuple[float, float, float]]:
         "gd_gap_smallest_step": 1e-4,
         "ntk_condition_number": 50.0,
         "nngp_prior_variance_mean": 0.43,
+        "net_vs_flow[w=16]": 0.2,
+        "net_vs_flow[w=32]": 0.14,
+        "net_vs_flow[w=64]": 0.1,
+        "net_vs_flow_width_slope": (-0.5, -0.6, -0.4),
+        "gd_floor_over_net_distance": 0.05,
     }
     for lab in LABELS:
         values[f"drop_f0_change_over_variance[{lab}]"] = 1.0
@@ -85,6 +105,12 @@ JUDGE_CASES: list[tuple[str, dict[str, float | tuple[float, float, float]], bool
     ("nan monotone", {"gd_gap_monotone": math.nan}, False),
     ("nan ratio", {ratio("t=inf"): math.nan}, False),
     ("nan size", {"drop_f0_rms_change_over_rms_target[t=inf]": math.nan}, True),
+    ("net slope low just inside", {"net_vs_flow_width_slope": NET_SLOPE[0] + REL}, True),
+    ("net slope low just outside", {"net_vs_flow_width_slope": NET_SLOPE[0] - REL}, False),
+    ("net slope high just inside", {"net_vs_flow_width_slope": NET_SLOPE[1] - REL}, True),
+    ("net slope high just outside", {"net_vs_flow_width_slope": NET_SLOPE[1] + REL}, False),
+    ("net slope flat (a wrong kernel's gap)", {"net_vs_flow_width_slope": 0.0}, False),
+    ("nan net slope", {"net_vs_flow_width_slope": math.nan}, False),
 ]
 
 
@@ -119,6 +145,30 @@ def test_judge_thresholds(
     assert f"<= {LIMIT_TOL:g}" in criterion and f"<= {EXPM_TOL:g}" in criterion
     assert f"[{GD_ORDER[0]}, {GD_ORDER[1]}]" in criterion
     assert f"[{GOTCHA_RATIO[0]}, {GOTCHA_RATIO[1]}]" in criterion
+    assert f"[{NET_SLOPE[0]}, {NET_SLOPE[1]}]" in criterion
+    assert "2 networks per width 16, 32, 64" in criterion and "eta_c x 0.015625" in criterion
+    assert f"slope {metrics['net_vs_flow_width_slope'].value:.3f}" in summary
+    # the floor is a control: it never decides passed, only ERROR
+    assert judgement.controls_failed == ()
+
+
+@pytest.mark.parametrize(
+    ("floor", "failed"),
+    [
+        (FLOOR_RATIO * (1 - REL), False),
+        (FLOOR_RATIO * (1 + REL), True),
+        (math.nan, True),
+    ],
+)
+def test_judge_floor_is_a_control(floor: float, failed: bool) -> None:
+    values = passing_values()
+    values["gd_floor_over_net_distance"] = floor
+    judgement = judge(TINY, metrics_from_values(values))
+    assert judgement.passed  # the criterion itself is met
+    assert bool(judgement.controls_failed) is failed
+    if failed:
+        assert "discretization floor" in judgement.controls_failed[0]
+        assert f"<= {FLOOR_RATIO:g}" in judgement.controls_failed[0]
 
 
 def test_judge_criterion_follows_the_grid() -> None:
@@ -131,7 +181,11 @@ def test_judge_criterion_follows_the_grid() -> None:
         "flow_vs_expm_max": 1e-15,
         "gd_to_flow_order": 1.0,
         "gd_gap_monotone": 1.0,
+        "net_vs_flow_width_slope": -0.5,
+        "gd_floor_over_net_distance": 0.1,
     }
+    for w in config.net_widths:
+        values[f"net_vs_flow[w={w}]"] = 0.1
     for lab in ("t=2N/lmax", "t=30N/lmax", "t=inf"):
         values[ratio(lab)] = 1.0
         values[f"drop_f0_rms_change_over_rms_target[{lab}]"] = 0.5
@@ -172,12 +226,29 @@ def test_judge_criterion_follows_the_grid() -> None:
         ("gd_fractions", "0,0.5,0.25"),
         ("gd_time", "0"),
         ("gd_time", "0.2"),  # every step reaches it in one step
+        ("net_widths", "64,32,128"),
+        ("net_widths", "64,128"),  # a slope needs three widths
+        ("net_widths", "0,64,128"),
+        ("net_members", "0"),
+        ("net_n_train", "33"),  # more than n_train = 32
+        ("net_step", "1"),
+        ("net_dtype", "float16"),
     ],
 )
 def test_config_errors_name_the_key(key: str, value: str) -> None:
     with pytest.raises(NtklabValueError, match=key) as info:
         resolve_config(get_experiment(NAME), "quick", {key: value})
     assert "expected" in str(info.value) or "should" in str(info.value)
+
+
+def test_config_net_step_message_states_the_step_counts() -> None:
+    """At eta_c x 0.45, flow times 1 and 1.1 N/lambda_max both take round(1.1) = 1 step."""
+    with pytest.raises(NtklabValueError) as info:
+        resolve_config(get_experiment(NAME), "quick", {"times": "1,1.1", "net_step": "0.45"})
+    message = str(info.value)
+    assert "net_step: expected" in message and "received 0.45" in message
+    assert "[1, 1]" in message
+    assert net_step_counts((1.0, 10.0, 100.0), 1 / 64) == [32, 320, 3200]
 
 
 def test_config_gd_time_message_states_the_step_counts() -> None:
@@ -328,6 +399,158 @@ def test_tiny_drop_f0_change_matches_the_ensemble_variance(
             size, rel=1e-8
         )
     np.testing.assert_allclose(arrays["drop_f0_ratios"], [metrics[ratio(lab)] for lab in LABELS])
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiny run, part 6: trained networks against the analytic flow
+
+
+def _relu_ntk(x: np.ndarray, depth: int, w_var: float, b_var: float) -> np.ndarray:
+    """NTK of ``depth x [Dense, ReLU] + Dense`` (NTK parameterization) in closed form: the
+    arc-cosine kernels of degree 1 and 0 (Cho & Saul 2009) in the recursions of Jacot et al.
+    (2018), :math:`\\Sigma_{l+1} = \\sigma_w^2 E[\\phi\\phi'] + \\sigma_b^2`,
+    :math:`\\Theta_{l+1} = \\Sigma_{l+1} + \\sigma_w^2 E[\\dot\\phi\\dot\\phi']\\,
+    \\Theta_l`, from :math:`\\Sigma_1 = \\Theta_1 = \\sigma_w^2 x x'/d + \\sigma_b^2`."""
+    sigma = w_var * (x @ x.T) / x.shape[1] + b_var
+    theta = sigma.copy()
+    for _ in range(depth):
+        q = np.sqrt(np.diag(sigma))
+        cos = np.clip(sigma / np.outer(q, q), -1.0, 1.0)
+        angle = np.arccos(cos)
+        e_phi = np.outer(q, q) * (np.sin(angle) + (np.pi - angle) * cos) / (2 * np.pi)
+        e_dphi = (np.pi - angle) / (2 * np.pi)
+        sigma = w_var * e_phi + b_var
+        theta = sigma + w_var * e_dphi * theta
+    return theta
+
+
+def _net_reference(
+    arrays: dict[str, np.ndarray], config: FlowEqualsKrrConfig
+) -> dict[str, np.ndarray]:
+    """The flow and linearized GD of every stored network, in numpy from the closed-form NTK:
+    eigendecomposition for exp(-eta s Theta / N), the GD factor (1 - eta lambda / N)^s."""
+    x, y = arrays["net_inputs"], arrays["net_targets"]
+    n = config.net_train_count
+    k = _relu_ntk(x, config.depth, config.w_std**2, config.b_std**2)
+    lam, v = np.linalg.eigh(k[:n, :n])
+    eta = config.net_step * 2 * n / lam[-1]
+    steps = np.array(net_step_counts(config.times, config.net_step))
+    f0 = arrays["net_outputs"][:, 0]  # shape: (W, M, p)
+    residual = np.einsum("ij,wmj->wmi", v.T, y[None, None] - f0[..., :n])
+    out = {"eta": np.array(eta), "steps": steps}
+    for name, decay in (
+        ("flow", np.exp(-np.outer(steps, lam) * eta / n)),
+        ("gd", (1.0 - eta * lam / n)[None] ** steps[:, None]),
+    ):
+        phi = (1.0 - decay) / lam  # shape: (T, n)
+        change = np.einsum("pj,tj,wmj->wtmp", k[:, :n] @ v, phi, residual)
+        out[name] = f0[:, None] + change  # shape: (W, T, M, p)
+    return out
+
+
+def _distance(a: np.ndarray, b: np.ndarray, f0: np.ndarray) -> np.ndarray:
+    """RMS over the last axis of a - b over that of b - f0 (f0 broadcast over times)."""
+    gap = np.sqrt(np.mean((a - b) ** 2, axis=-1))
+    change = np.sqrt(np.mean((b - f0) ** 2, axis=-1))
+    result: np.ndarray = gap / change
+    return result
+
+
+def test_tiny_networks_follow_a_plain_torch_gd_loop(
+    arrays: dict[str, np.ndarray], tiny: RunResult
+) -> None:
+    """Member 0 of the narrowest width, redrawn from the run's stream and trained by a plain
+    autograd loop on 1/(2N) sum (f - y)^2 at the run's step (float64), gives the stored outputs
+    at every recorded step (to 1e-8: 3200 steps of rounding ~1e-16): the stored outputs are
+    those of a network trained by gradient descent, f_0 included."""
+    config = FlowEqualsKrrConfig.model_validate(tiny.config)
+    width = config.net_widths[0]
+    ctx = RunContext(out_dir=tiny.run_dir, seed=config.seed)
+    arch = relu_network(config.depth, config.w_std, config.b_std)
+    x = torch.from_numpy(arrays["net_inputs"])
+    n = config.net_train_count
+    ens = ensemble(
+        arch,
+        config.net_members,
+        width,
+        in_features=x.shape[1],
+        generator=ctx.generator(f"networks-w{width}"),
+        dtype=torch.float64,
+    )
+    net = ens.member(0)
+    y = torch.from_numpy(arrays["net_targets"])[:, None]
+    eta = float(arrays["net_learning_rate"])
+    record = [0, *arrays["net_steps"].tolist()]
+    got = []
+    params = list(net.parameters())
+    for step in range(record[-1] + 1):
+        if step in record:
+            with torch.no_grad():
+                got.append(net(x)[:, 0].clone())
+        if step == record[-1]:
+            break
+        loss = 0.5 * (net(x[:n]) - y).square().mean()
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p.sub_(eta * g)
+    stored = torch.from_numpy(arrays["net_outputs"][0, :, 0])  # shape: (T + 1, p)
+    torch.testing.assert_close(torch.stack(got), stored, rtol=1e-8, atol=1e-10)
+    # the networks did train: the training outputs moved most of the way to the targets
+    start = float((stored[0, :n] - y[:, 0]).norm())
+    assert float((stored[-1, :n] - y[:, 0]).norm()) < 0.5 * start
+
+
+def test_tiny_network_metrics_match_a_numpy_flow_from_the_closed_form_ntk(
+    arrays: dict[str, np.ndarray], tiny: RunResult
+) -> None:
+    """The stored flow and linearized GD of each network equal those recomputed in numpy from
+    the closed-form ReLU NTK of the stored inputs, with the step eta_c x net_step from its
+    largest eigenvalue (to 1e-7: the two closed forms round differently, and arccos near 1
+    amplifies rounding to ~1e-10); every distance, the width slope (scipy's OLS on the log-log
+    means), the train/test splits and the floor's ratio are recomputed from them and the
+    stored network outputs (to 1e-6). A wrong kernel (a change of order 1) or a scaled
+    metric (1.5x) fails here."""
+    config = FlowEqualsKrrConfig.model_validate(tiny.config)
+    ref = _net_reference(arrays, config)
+    assert float(arrays["net_learning_rate"]) == pytest.approx(float(ref["eta"]), rel=1e-7)
+    np.testing.assert_array_equal(arrays["net_steps"], ref["steps"])
+    np.testing.assert_allclose(arrays["net_flow"], ref["flow"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(arrays["net_linear_gd"], ref["gd"], rtol=1e-7, atol=1e-10)
+
+    outputs = arrays["net_outputs"]  # shape: (W, T + 1, M, p)
+    net, f0 = outputs[:, 1:], outputs[:, :1]
+    n = config.net_train_count
+    dist = _distance(net, ref["flow"], f0)  # shape: (W, T, M)
+    floor = _distance(ref["gd"], ref["flow"], f0)
+    to_gd = _distance(net, ref["gd"], f0)
+    np.testing.assert_allclose(arrays["net_vs_flow"], dist, rtol=1e-6)
+    np.testing.assert_allclose(arrays["gd_floor"], floor, rtol=1e-6)
+    np.testing.assert_allclose(arrays["net_vs_linear_gd"], to_gd, rtol=1e-6)
+    train = _distance(net[..., :n], ref["flow"][..., :n], f0[..., :n])
+    test = _distance(net[..., n:], ref["flow"][..., n:], f0[..., n:])
+    np.testing.assert_allclose(arrays["net_vs_flow_train"], train, rtol=1e-6)
+    np.testing.assert_allclose(arrays["net_vs_flow_test"], test, rtol=1e-6)
+
+    by_name = {m.name: m for m in tiny.metrics}
+    widths = np.array(config.net_widths, dtype=float)
+    means = dist.mean(axis=(1, 2))
+    for w, d in zip(config.net_widths, means, strict=True):
+        assert by_name[f"net_vs_flow[w={w}]"].value == pytest.approx(float(d), rel=1e-6)
+    reg = stats.linregress(np.log(widths), np.log(means))
+    q = stats.t.ppf(0.975, len(widths) - 2)
+    slope = by_name["net_vs_flow_width_slope"]
+    assert slope.value == pytest.approx(reg.slope, abs=1e-6)
+    assert slope.ci_low == pytest.approx(reg.slope - q * reg.stderr, abs=1e-6)
+    assert slope.ci_high == pytest.approx(reg.slope + q * reg.stderr, abs=1e-6)
+    reg_gd = stats.linregress(np.log(widths), np.log(to_gd.mean(axis=(1, 2))))
+    assert by_name["net_vs_linear_gd_width_slope"].value == pytest.approx(reg_gd.slope, abs=1e-6)
+    assert by_name["net_vs_flow_train_widest"].value == pytest.approx(train[-1].mean(), rel=1e-6)
+    assert by_name["net_vs_flow_test_widest"].value == pytest.approx(test[-1].mean(), rel=1e-6)
+    ratio_ = floor[-1].mean() / means[-1]
+    assert by_name["gd_floor_over_net_distance"].value == pytest.approx(ratio_, rel=1e-6)
+    # finite width: the networks are off the flow, by far more than the GD floor
+    assert 0.01 < means[-1] < 1.0 and ratio_ < FLOOR_RATIO
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ntklab.experiments.kernel_rates as kr
-from experiment_helpers import run_tiny
+from experiment_helpers import relu_kernels_numpy, run_tiny
 from ntklab.data import (
     SourceConditionTarget,
     estimate_capacity,
@@ -233,6 +233,22 @@ def test_tiny_risk_against_dense_kernel_gradient_flow(tiny: RunResult) -> None:
         # dense eigh (here) against the 2K+1 Mercer features (library): rounding only
         np.testing.assert_allclose(arrays[f"risk_beta{b}"][0, 0], risks[0], rtol=1e-6)
         np.testing.assert_allclose(arrays[f"oracle_risk_beta{b}"][0, 0], risks[1:].min(), rtol=1e-6)
+
+
+def test_tiny_spectrum_is_the_closed_form_relu_ntk(tiny: RunResult) -> None:
+    """The stored eigenvalues are the Fourier coefficients of the ReLU NTK's profile on the
+    circle computed from the arc-cosine closed form in numpy (not ntklab's kernels):
+    mu_k = (1 / M) sum_j kappa(t_j) cos(k t_j) on M equispaced angles."""
+    config = kr.KernelRatesConfig.model_validate(tiny.config)
+    mu = np.load(tiny.run_dir / "arrays.npz")["eigenvalues"]
+    m = 4096
+    t = 2.0 * np.pi * np.arange(m) / m
+    points = np.stack([np.cos(t), np.sin(t)], axis=1)
+    kappa = relu_kernels_numpy(points[:1], points, config.depth, config.w_std, config.b_std)[1][0]
+    expected = np.fft.rfft(kappa).real[: mu.shape[0]] / m
+    # ntklab's profile is evaluated on its own grid: agreement to 1e-7 of mu_0, not rounding
+    np.testing.assert_allclose(mu, expected, rtol=0.0, atol=1e-6 * expected[0])
+    np.testing.assert_allclose(mu[:8], expected[:8], rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,20 +22,26 @@ from experiment_helpers import run_tiny
 from ntklab.data import load_digits
 from ntklab.errors import NtklabValueError
 from ntklab.experiments import RunContext, get_experiment, metrics_from_values, resolve_config
+from ntklab.experiments.base import verdict_of
 from ntklab.experiments.label_alignment import (
     CHANCE_LABEL_MIN,
     CHANCE_RESIDUAL,
     CHANCE_SHARE_MIN,
+    CONTROL_SLOPES,
+    CONTROL_TOL,
     PAPER_LABEL,
     PAPER_RESIDUAL,
     LabelAlignmentConfig,
+    control_targets,
     judge,
     load_images,
     measure,
     measure_alignment,
+    mlp_architecture,
     network,
 )
 from ntklab.experiments.result import RunResult
+from ntklab.experiments.runner import run_experiment
 
 NAME = "label-alignment"
 
@@ -58,7 +64,10 @@ def passing_values() -> Values:
             f"top20_label_energy[{name}]": 0.9,
             f"residual_slope[{name}]": (1.0, 0.9, 1.1),
             f"fit_decades[{name}]": 3.0,
+            f"permuted_residual_slope[{name}]": (0.4, 0.3, 0.5),
         }
+        for control, known in CONTROL_SLOPES.items():
+            values[f"control_slope[{name},{control}]"] = (known, known - 0.05, known + 0.05)
     return values
 
 
@@ -91,6 +100,21 @@ CHANCE_CASES: list[tuple[str, Values, bool]] = [
     ("nan share", {"top20_label_energy[mlp]": math.nan}, False),
     ("nan residual", {"residual_slope[cnn]": math.nan}, False),
     ("nan decades (not judged)", {"fit_decades[mlp]": math.nan}, True),
+    (
+        "residual as its permuted-label control",
+        {"permuted_residual_slope[cnn]": (1.0, 0.9, 1.1)},
+        False,
+    ),
+    (
+        "residual intervals just apart",
+        {"permuted_residual_slope[mlp]": (0.85, 0.8, 0.9 - EPS)},
+        True,
+    ),
+    (
+        "residual intervals just touch",
+        {"permuted_residual_slope[mlp]": (0.85, 0.8, 0.9 + EPS)},
+        False,
+    ),
 ]
 PAPER_CASES: list[tuple[str, Values, bool]] = [
     ("all inside", {}, True),
@@ -106,6 +130,11 @@ PAPER_CASES: list[tuple[str, Values, bool]] = [
     ("share not judged", {"top20_label_energy[mlp]": 0.1}, True),
     ("nan label", {"label_slope[mlp]": math.nan}, False),
     ("nan residual", {"residual_slope[mlp]": math.nan}, False),
+    (
+        "residual as its permuted-label control",
+        {"permuted_residual_slope[mlp]": (1.05, 0.95, 1.15)},
+        False,
+    ),
 ]
 
 
@@ -144,7 +173,8 @@ def test_judge_paper_thresholds(overrides: Values, passed: bool) -> None:
     _check_texts(PAPER, values, judgement.summary)
     assert f"label slope in [{PAPER_LABEL[0]}, {PAPER_LABEL[1]}]" in judgement.criterion
     assert f"residual slope in [{PAPER_RESIDUAL[0]}, {PAPER_RESIDUAL[1]}]" in judgement.criterion
-    assert "permuted" not in judgement.criterion
+    assert "|permuted-label slope|" not in judgement.criterion
+    assert "apart from its permuted-label control" in judgement.criterion
 
 
 def test_judge_criterion_follows_the_grid() -> None:
@@ -157,7 +187,9 @@ def test_judge_criterion_follows_the_grid() -> None:
         "top50_label_energy[cnn]": 0.8,
         "residual_slope[cnn]": 1.0,
         "fit_decades[cnn]": 2.0,
+        "permuted_residual_slope[cnn]": 0.2,
     }
+    values |= {f"control_slope[cnn,{c}]": k for c, k in CONTROL_SLOPES.items()}
     judgement = judge(config, metrics_from_values(values))
     assert judgement.passed
     assert "300 digits images, a CNN of 16 channels" in judgement.criterion
@@ -469,7 +501,137 @@ def test_measurement_recovers_constructed_alignment() -> None:
     assert abs(m.permuted.slope) < 0.3  # shuffling destroys the alignment
 
 
+@pytest.mark.parametrize(("control", "known"), list(CONTROL_SLOPES.items()))
+@pytest.mark.parametrize("side", [-1.0, 1.0])
+def test_a_control_off_its_known_slope_makes_the_verdict_an_error(
+    control: str, known: float, side: float
+) -> None:
+    values = passing_values()
+    just_in = known + side * (CONTROL_TOL - EPS)
+    values[f"control_slope[cnn,{control}]"] = just_in
+    assert judge(TINY, metrics_from_values(values)).controls_failed == ()
+    values[f"control_slope[cnn,{control}]"] = known + side * (CONTROL_TOL + EPS)
+    judgement = judge(TINY, metrics_from_values(values))
+    assert judgement.passed  # the figures themselves pass ...
+    assert len(judgement.controls_failed) == 1  # ... but the estimator failed a control
+    assert control in judgement.controls_failed[0] and "cnn" in judgement.controls_failed[0]
+    assert verdict_of(judgement.passed, judgement.controls_failed, "quick") == "ERROR"
+
+
+def test_controls_recover_their_known_slopes_on_an_analytic_spectrum() -> None:
+    """On the spectrum of the analytic ReLU NTK of 1000 digits (the quick scale's fit range,
+    bins and bootstrap), the controls' slopes are within CONTROL_TOL of 2, 1 and 0; the
+    controls' targets are what they claim to be."""
+    quick = resolve_config(get_experiment(NAME), "quick")
+    assert isinstance(quick, LabelAlignmentConfig)
+    digits = load_digits(images=False, dtype=torch.float64)
+    x = digits.x[: quick.n_train]
+    kernel = mlp_architecture(quick.depth, quick.w_std, quick.b_std).kernel(x).ntk
+    targets = digits.targets("centered_onehot")[: quick.n_train].to(torch.float64)
+    gen = torch.Generator().manual_seed(5)
+    m = measure_alignment(
+        kernel,
+        targets,
+        torch.zeros_like(targets),
+        relative_range=quick.relative_range,
+        bins=quick.bins,
+        n_boot=quick.n_boot,
+        n_permutations=2,
+        top_k=quick.top_k,
+        generator=gen,
+    )
+    for control, known in CONTROL_SLOPES.items():
+        assert abs(m.controls[control].slope - known) <= CONTROL_TOL, control
+    # the targets are what they claim: K A has energies lambda^2 ||v^T A||^2 (numpy)
+    lam, vecs = np.linalg.eigh(kernel.numpy())
+    lam, vecs = lam[::-1].clip(min=0.0), vecs[:, ::-1]
+    made = control_targets(torch.from_numpy(lam.copy()), torch.from_numpy(vecs.copy()), 10, gen)
+    a = np.linalg.lstsq(kernel.numpy(), made["kernel"].numpy(), rcond=None)[0]
+    np.testing.assert_allclose(kernel.numpy() @ a, made["kernel"].numpy(), atol=1e-8 * lam[0])
+    cov = np.cov(made["gaussian"].numpy())  # 10 draws of N(0, K): its covariance is low-rank K
+    assert np.linalg.matrix_rank(cov) <= 10
+
+
+def test_residual_of_f0_alone_is_reported_and_the_permuted_residual_is_its_control() -> None:
+    """f_0 with energies lambda_i (slope 1) and labels with lambda_i^2: the residual f_0 - Y
+    and the permuted-label residual f_0 - Y_pi are fitted; f0_slope is f_0's own slope."""
+    gen = torch.Generator().manual_seed(2)
+    n = 300
+    q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=gen))
+    lam = torch.logspace(0, -4, n, dtype=torch.float64)
+    kernel = q @ torch.diag(lam) @ q.T
+    sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).double()
+    y = (q @ (sign * lam))[:, None]
+    f0 = 30.0 * (q @ (sign * lam.sqrt()))[:, None]  # f_0 carries most of the energy
+    m = measure_alignment(
+        kernel,
+        y,
+        f0,
+        relative_range=(1e-4, 1.0),
+        bins=10,
+        n_boot=0,
+        n_permutations=20,
+        top_k=20,
+        generator=gen,
+    )
+    torch.testing.assert_close(m.f0.slope, 1.0, rtol=0.0, atol=2e-3)
+    assert abs(m.residual.slope - 1.0) < 0.05  # the residual is f_0's
+    ratio = float((f0**2).sum() / (y**2).sum())
+    torch.testing.assert_close(m.f0_label_energy_ratio, ratio)
+    # permuting labels whose energy is 1/900 of f_0's leaves the residual's slope where it was
+    assert abs(m.permuted_residual.slope - m.residual.slope) < 0.05
+
+
+def test_quick_run_controls_come_out_at_2_1_0_within_their_intervals(tmp_path: Path) -> None:
+    """The quick scale itself (1000 digits, the MLP's and the CNN's empirical NTKs): every
+    control's interval holds its known slope, so the verdict is not an ERROR."""
+    result = run_experiment(NAME, scale="quick", out_root=tmp_path, force=True)
+    metrics = {m.name: m for m in result.metrics}
+    for name in ("mlp", "cnn"):
+        for control, known in CONTROL_SLOPES.items():
+            m = metrics[f"control_slope[{name},{control}]"]
+            assert m.ci_low is not None and m.ci_high is not None
+            assert m.ci_low <= known <= m.ci_high, (name, control, m.value, m.ci_low, m.ci_high)
+    assert result.verdict in ("PASS", "FAIL"), result.summary
+
+
+def test_a_permuted_label_run_fails(tmp_path: Path) -> None:
+    """The whole experiment on shuffled labels (a judged run): no alignment, so FAIL."""
+    result = run_experiment(
+        NAME,
+        scale="quick",
+        overrides={
+            "labels": "permuted",
+            "networks": "mlp",
+            "n_train": "400",
+            "mlp_width": "64",
+            "n_boot": "100",
+            "n_permutations": "4",
+        },
+        out_root=tmp_path,
+        force=True,
+    )
+    assert result.verdict == "FAIL", result.summary
+    assert "labels permuted" in result.dataset
+    label = next(m for m in result.metrics if m.name == "label_slope[mlp]")
+    assert abs(label.value) < CHANCE_LABEL_MIN
+
+
 def test_experiment_is_registered_with_three_scales() -> None:
     exp = get_experiment(NAME)
     assert exp.claim_id == "D1"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
+
+
+def test_estimator_variants_recover_a_power_law() -> None:
+    """Unbinned and grouped slopes of e = 3 lambda^s are s exactly (eigenvalues constant
+    within each group for the grouped one); the range is applied relative to lambda_1; fewer
+    than three groups give NaN."""
+    from ntklab.experiments.label_alignment import _grouped_slope, _unbinned_slope
+
+    lam = torch.logspace(0, -6, 500, dtype=torch.float64)
+    for s in (2.0, 1.0, 0.0):
+        assert _unbinned_slope(lam, 3 * lam**s, (1e-4, 1.0)) == pytest.approx(s, abs=1e-9)
+    steps = torch.repeat_interleave(torch.logspace(0, -3, 5, dtype=torch.float64), 100)
+    assert _grouped_slope(steps, 3 * steps**2, (1e-5, 1.0), 100) == pytest.approx(2.0, abs=1e-9)
+    assert math.isnan(_grouped_slope(steps, steps**2, (0.5, 1.0), 100))  # one group in range

@@ -14,7 +14,7 @@ from scipy import linalg as sla
 from scipy import stats
 
 import ntklab.experiments.sawtooth_samples as sawtooth
-from experiment_helpers import run_tiny
+from experiment_helpers import relu_kernels_numpy, run_tiny
 from ntklab.data import TentMapS1, uniform_circle
 from ntklab.dynamics import select_ridge_validation
 from ntklab.errors import NtklabValueError, NumericalWarning
@@ -172,10 +172,9 @@ def test_tiny_test_mse_by_dense_ridge_regression(tiny: RunResult) -> None:
     angles, x = uniform_circle(256, generator=gen, dtype=torch.float64)
     test_angles, x_test = uniform_circle(200, generator=gen, dtype=torch.float64)
     noise = 0.1 * torch.randn(256, generator=gen, dtype=torch.float64)
-    arch = relu_network(2, math.sqrt(2.0), 0.1)
-    with torch.no_grad():
-        k = arch.kernel(x, x).ntk.numpy()
-        k_test = arch.kernel(x_test, x).ntk.numpy()
+    # the closed-form ReLU NTK in numpy (not ntklab's kernels): a wrong kernel is caught
+    k = relu_kernels_numpy(x, x, 2, math.sqrt(2.0), 0.1)[1]
+    k_test = relu_kernels_numpy(x_test, x, 2, math.sqrt(2.0), 0.1)[1]
     scale = float(np.mean(np.diag(k)))
     fit, val = slice(0, 192), slice(192, 256)
     for j, level in enumerate((1, 2, 3)):

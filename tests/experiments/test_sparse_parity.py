@@ -1,9 +1,11 @@
 """A5 ``sparse-parity``: its judge on both sides of every threshold, its config's constraints,
-its tiny run against an independent recomputation, and the NTK side against direct KRR."""
+its tiny run against an independent recomputation (the NTK from its closed form in NumPy), the
+NTK side against direct KRR, and a verdict that does not move with the weight decay."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,57 +23,82 @@ from ntklab.experiments import (
     metrics_from_values,
     resolve_config,
 )
+from ntklab.experiments.base import verdict_of
 from ntklab.experiments.sparse_parity import SparseParityConfig, ntk_test_mse
 from ntklab.experiments.spectrum_s1 import relu_network
 
 # ---------------------------------------------------------------------------------------------
 # judge
 
-QUICK = SparseParityConfig()  # n = 1000, min_ratio 1e3, floor 0.9
-RATIO = "mse_ratio[n=1000]"
+QUICK = SparseParityConfig()  # n = 1000, network <= 0.05, NTK >= 0.4, floor 0.9
+NET = "net_error[n=1000]"
+NTK_ERR = "ntk_error[n=1000]"
 NTK = "ntk_mse_over_var[n=1000]"
+RATIO = "mse_ratio[n=1000]"
 
 
 @pytest.mark.parametrize(
     ("changed", "passed"),
     [
         ({}, True),
-        ({RATIO: sp.MIN_RATIO * 1.01}, True),  # just above the ratio threshold
-        ({RATIO: sp.MIN_RATIO * 0.99}, False),  # just below it
-        ({RATIO: sp.MIN_RATIO}, True),  # ">= 1e3"
+        ({NET: sp.NET_MAX_ERROR * 0.99}, True),  # network just below its bound
+        ({NET: sp.NET_MAX_ERROR * 1.01}, False),  # just above it
+        ({NET: sp.NET_MAX_ERROR}, True),  # "<= 0.05"
+        ({NTK_ERR: sp.NTK_MIN_ERROR * 1.01}, True),  # NTK just above its bound
+        ({NTK_ERR: sp.NTK_MIN_ERROR * 0.99}, False),  # just below it
+        ({NTK_ERR: sp.NTK_MIN_ERROR}, True),  # ">= 0.4"
         ({NTK: sp.NTK_FLOOR * 1.01}, True),  # NTK just above 0.9 Var(y)
         ({NTK: sp.NTK_FLOOR * 0.99}, False),  # just below
         ({"diverged_runs": 1.0}, False),
-        ({RATIO: math.nan}, False),
+        ({RATIO: 1.0}, True),  # the MSE ratio is reported, not judged
+        ({RATIO: math.inf}, True),
+        ({"net_mse[n=1000]": 0.5}, True),  # so is the network's MSE floor
+        ({NET: math.nan}, False),
+        ({NTK_ERR: math.nan}, False),
         ({NTK: math.nan}, False),
         ({"diverged_runs": math.nan}, False),
-        ({RATIO: math.inf}, True),  # a network at exactly zero error is a pass
     ],
 )
 def test_judge_thresholds(changed: dict[str, float], passed: bool) -> None:
-    values = {RATIO: 1e5, NTK: 1.0, "net_mse[n=1000]": 1e-5, "diverged_runs": 0.0, **changed}
+    values = {
+        NET: 0.0,
+        NTK_ERR: 0.5,
+        NTK: 1.0,
+        RATIO: 1e5,
+        "net_mse[n=1000]": 1e-5,
+        "diverged_runs": 0.0,
+        **changed,
+    }
     judgement = sp.judge(QUICK, metrics_from_values(values))
     assert judgement.passed is passed, judgement.summary
-    assert f"{values[RATIO]:.3g}" in judgement.summary
+    assert judgement.controls_failed == ()
+    assert f"network {values[NET]:.3g}" in judgement.summary
+    assert f"NTK {values[NTK_ERR]:.3g}" in judgement.summary
     assert f"{values[NTK]:.3f} Var(y)" in judgement.summary
-    assert "n = 1000" in judgement.criterion and ">= 1000" in judgement.criterion
-    assert ">= 0.9 Var(y)" in judgement.criterion and "k = 3 of d = 20" in judgement.criterion
+    assert f"MSE ratio {values[RATIO]:.3g} (reported)" in judgement.summary
+    assert "n = 1000" in judgement.criterion and "<= 0.05" in judgement.criterion
+    assert ">= 0.4" in judgement.criterion and ">= 0.9 Var(y)" in judgement.criterion
+    assert "k = 3 of d = 20" in judgement.criterion and "ratio" not in judgement.criterion
 
 
 def test_judge_criterion_follows_the_grid_that_ran() -> None:
-    config = SparseParityConfig(ns=(250, 500), criterion_n=250, min_ratio=1e4, ntk_floor=0.5)
+    config = SparseParityConfig(
+        ns=(250, 500), criterion_n=250, net_max_error=0.1, ntk_min_error=0.3, ntk_floor=0.5
+    )
     values = {
-        "mse_ratio[n=250]": 2e4,
+        "net_error[n=250]": 0.08,
+        "ntk_error[n=250]": 0.35,
         "ntk_mse_over_var[n=250]": 0.6,
+        "mse_ratio[n=250]": 2.0,
         "net_mse[n=250]": 1e-4,
         "diverged_runs": 0.0,
     }
     assert sp.judge(config, metrics_from_values(values)).passed
-    values["mse_ratio[n=250]"] = 9e3
+    values["net_error[n=250]"] = 0.12
     judgement = sp.judge(config, metrics_from_values(values))
-    assert not judgement.passed and "9e+03" in judgement.summary
-    assert "n = 250" in judgement.criterion and ">= 10000" in judgement.criterion
-    assert ">= 0.5 Var(y)" in judgement.criterion
+    assert not judgement.passed and "network 0.12" in judgement.summary
+    assert "n = 250" in judgement.criterion and "<= 0.1," in judgement.criterion
+    assert ">= 0.3," in judgement.criterion and ">= 0.5 Var(y)" in judgement.criterion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +118,8 @@ def test_judge_criterion_follows_the_grid_that_ran() -> None:
         ("last_evaluations", "100"),  # 6000 steps / 250 give 25 evaluations
         ("eval_every", "0"),
         ("seeds", "0"),
-        ("min_ratio", "0"),
+        ("net_max_error", "1.5"),
+        ("ntk_min_error", "-0.1"),
         ("ntk_floor", "-0.1"),
         ("weight_decay", "-1"),
         ("ridges", "0"),
@@ -123,9 +151,15 @@ def test_tiny_metrics_from_the_recorded_mses(tiny: RunResult) -> None:
     arrays = np.load(tiny.run_dir / "arrays.npz")
     ns = list(config.ns)
     ntk, net = arrays["ntk_mse"], arrays["net_mse"]
-    assert ntk.shape == net.shape == (config.seeds, len(ns))
-    # clipped outputs against +-1 labels: every MSE lies in [0, 4]
+    ntk_error, net_error = arrays["ntk_error"], arrays["net_error"]
+    assert ntk.shape == net.shape == ntk_error.shape == net_error.shape == (config.seeds, len(ns))
+    # clipped outputs against +-1 labels: every MSE lies in [0, 4], every error in [0, 1]
     assert np.all((ntk >= 0) & (ntk <= 4)) and np.all((net >= 0) & (net <= 4))
+    assert np.all((ntk_error >= 0) & (ntk_error <= 1)) and np.all(
+        (net_error >= 0) & (net_error <= 1)
+    )
+    # an output whose sign is wrong costs at least 1 in clipped squared error
+    assert np.all(ntk_error <= ntk) and np.all(net_error <= net)
     # the reported network MSE is the mean of the last evaluations, not the best one
     for seed in range(config.seeds):
         for i, n in enumerate(ns):
@@ -138,6 +172,8 @@ def test_tiny_metrics_from_the_recorded_mses(tiny: RunResult) -> None:
     j = ns.index(config.criterion_n)
     n_at = config.criterion_n
     np.testing.assert_allclose(metrics[f"mse_ratio[n={n_at}]"].value, geo[j], rtol=1e-12)
+    np.testing.assert_allclose(metrics[f"net_error[n={n_at}]"].value, net_error[:, j].mean())
+    np.testing.assert_allclose(metrics[f"ntk_error[n={n_at}]"].value, ntk_error[:, j].mean())
     np.testing.assert_allclose(
         metrics[f"ntk_mse_over_var[n={n_at}]"].value, ntk[:, j].mean(), rtol=1e-12
     )
@@ -153,21 +189,22 @@ def test_tiny_metrics_from_the_recorded_mses(tiny: RunResult) -> None:
 
 
 def test_tiny_ntk_mse_against_a_numpy_loo_recomputation(tiny: RunResult) -> None:
-    """NTK regression of seed 0 at every n, recomputed from regenerated data with the ridge
-    chosen by the closed-form leave-one-out residuals of dense NumPy solves."""
+    """NTK regression of seed 0 at every n, recomputed from regenerated data with the ReLU
+    NTK's closed form in NumPy (:func:`relu_ntk`, not ntklab's kernels) and the ridge chosen
+    by the closed-form leave-one-out residuals of dense NumPy solves."""
     config = SparseParityConfig.model_validate(tiny.config)
     gen = RunContext(out_dir=tiny.run_dir, seed=config.seed).generator("data0")
     parity = random_sparse_parity(config.dim, config.k, generator=gen)
     x_all = hypercube(config.ns[-1], config.dim, generator=gen, dtype=torch.float32)
     x_test = hypercube(config.n_test, config.dim, generator=gen, dtype=torch.float32)
-    arch = relu_network(1, config.w_std, config.b_std)
-    recorded = np.load(tiny.run_dir / "arrays.npz")["ntk_mse"][0]
+    arrays = np.load(tiny.run_dir / "arrays.npz")
+    recorded, recorded_error = arrays["ntk_mse"][0], arrays["ntk_error"][0]
     y_test = parity(x_test).double().numpy()
     for i, n in enumerate(config.ns):
-        x = x_all[:n].double()
+        x = x_all[:n].double().numpy()
         y = parity(x_all[:n]).double().numpy()
-        k = arch.kernel(x, x).ntk.detach().numpy()
-        kt = arch.kernel(x_test.double(), x).ntk.detach().numpy()
+        k = relu_ntk(x, x, 1, config.w_std, config.b_std)
+        kt = relu_ntk(x_test.double().numpy(), x, 1, config.w_std, config.b_std)
         scale = np.mean(np.diag(k))
         loo = []
         for rel in config.ridges:
@@ -178,6 +215,40 @@ def test_tiny_ntk_mse_against_a_numpy_loo_recomputation(tiny: RunResult) -> None
         pred = np.clip(kt @ np.linalg.solve(k + best * np.eye(n), y), -1.0, 1.0)
         # eigendecomposition (library) against inverse and LU (here): rounding only
         np.testing.assert_allclose(recorded[i], np.mean((pred - y_test) ** 2), rtol=1e-6)
+        assert recorded_error[i] == np.mean(pred * y_test <= 0)
+
+
+def relu_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w_std: float, b_std: float) -> np.ndarray:
+    """The NTK of ``depth x [Dense, Relu] + Dense`` (NTK parameterization) in closed form:
+    the arc-cosine kernels of degree 1 and 0 (Cho & Saul 2009) in the recursion of Jacot et
+    al. 2018, written here in NumPy independently of ntklab's kernels."""
+    d = x1.shape[1]
+    q11 = w_std**2 * np.sum(x1 * x1, axis=1) / d + b_std**2
+    q22 = w_std**2 * np.sum(x2 * x2, axis=1) / d + b_std**2
+    q12 = w_std**2 * (x1 @ x2.T) / d + b_std**2
+    theta = q12.copy()
+    for _ in range(depth):
+        norm = np.sqrt(np.outer(q11, q22))
+        cos = np.clip(q12 / norm, -1.0, 1.0)
+        angle = np.arccos(cos)
+        k1 = norm * (np.sin(angle) + (np.pi - angle) * cos) / (2 * np.pi)
+        k0 = (np.pi - angle) / (2 * np.pi)
+        q12 = w_std**2 * k1 + b_std**2
+        theta = q12 + w_std**2 * k0 * theta
+        q11 = w_std**2 * q11 / 2 + b_std**2
+        q22 = w_std**2 * q22 / 2 + b_std**2
+    return theta
+
+
+def test_relu_ntk_reference_is_the_analytic_ntk() -> None:
+    """The NumPy closed form of this file and ntklab's analytic ReLU NTK agree on the
+    hypercube (so a wrong kernel shows as a mismatch in the recomputation above)."""
+    gen = torch.Generator().manual_seed(3)
+    x = hypercube(6, 8, generator=gen, dtype=torch.float64)
+    z = hypercube(4, 8, generator=gen, dtype=torch.float64)
+    arch = relu_network(1, 1.0, 0.1)
+    expected = relu_ntk(x.numpy(), z.numpy(), 1, 1.0, 0.1)
+    np.testing.assert_allclose(arch.kernel(x, z).ntk.numpy(), expected, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +261,7 @@ def test_ntk_side_equals_direct_loo_krr() -> None:
     parity = random_sparse_parity(6, 2, generator=gen)
     x = hypercube(50, 6, generator=gen, dtype=torch.float32)
     xt = hypercube(40, 6, generator=gen, dtype=torch.float32)
-    mse, _ = ntk_test_mse(config, x, parity(x), xt, parity(xt))
+    mse, _, error = ntk_test_mse(config, x, parity(x), xt, parity(xt))
     arch = relu_network(1, config.w_std, config.b_std)
     k = arch.kernel(x.double(), x.double()).ntk
     scale = float(k.diagonal().mean())
@@ -200,13 +271,53 @@ def test_ntk_side_equals_direct_loo_krr() -> None:
     )
     expected = (pred.clamp(-1, 1) - parity(xt).double()).square().mean()
     torch.testing.assert_close(torch.tensor(mse, dtype=torch.float64), expected)
+    assert error == float((torch.sign(pred) != parity(xt).double()).double().mean())
+
+
+# A judged (quick-scale) configuration small enough for the default suite: a 3-sparse parity
+# of d = 8 at n = 150 (d^k = 512), one seed, a width-64 network trained for 600 steps.
+SMALL_JUDGED = {
+    "dim": "8",
+    "k": "3",
+    "ns": "150",
+    "criterion_n": "150",
+    "seeds": "1",
+    "n_test": "256",
+    "width": "64",
+    "t": "600",
+    "eval_every": "200",
+    "last_evaluations": "2",
+}
+
+
+def test_verdict_does_not_change_when_the_weight_decay_halves(tmp_path: Path) -> None:
+    """The 0-1 criterion does not read the network's MSE floor, which is the equilibrium of
+    hinge loss with weight decay: halving the weight decay moves that floor, not the verdict."""
+    exp = get_experiment("sparse-parity")
+    verdicts, floors = [], []
+    for weight_decay in (
+        sp.SparseParityConfig().weight_decay,
+        sp.SparseParityConfig().weight_decay / 2,
+    ):
+        config = resolve_config(exp, "quick", {**SMALL_JUDGED, "weight_decay": str(weight_decay)})
+        assert isinstance(config, SparseParityConfig) and config.weight_decay == weight_decay
+        out = sp.measure(config, RunContext(out_dir=tmp_path, seed=config.seed))
+        metrics = {m.name: m for m in out.metrics}
+        judgement = sp.judge(config, metrics)
+        verdicts.append(verdict_of(judgement.passed, judgement.controls_failed, "quick"))
+        floors.append(metrics["net_mse[n=150]"].value)
+    assert verdicts == ["PASS", "PASS"]
+    assert floors[0] != floors[1]  # the two runs did differ
 
 
 def test_registered_with_three_scales() -> None:
     exp = get_experiment("sparse-parity")
     assert exp.claim_id == "A5"
     assert set(exp.scales) >= {"tiny", "quick", "paper"}
-    assert exp.scales["paper"]["min_ratio"] == 1e4
     quick = resolve_config(exp, "quick")
     assert isinstance(quick, SparseParityConfig)
-    assert quick.min_ratio == sp.MIN_RATIO and quick.ntk_floor == sp.NTK_FLOOR
+    assert quick.ntk_floor == sp.NTK_FLOOR
+    assert quick.net_max_error == sp.NET_MAX_ERROR and quick.ntk_min_error == sp.NTK_MIN_ERROR
+    paper = resolve_config(exp, "paper")
+    assert isinstance(paper, SparseParityConfig)
+    assert (paper.net_max_error, paper.ntk_min_error) == (sp.NET_MAX_ERROR, sp.NTK_MIN_ERROR)

@@ -1,14 +1,21 @@
-"""A4 ``bandlimited``: on smooth (band-limited) targets the NTK is as good as a trained
-network: no exponential gap.
+"""A4 ``bandlimited``: on smooth (band-limited) targets the NTK is not much worse than a
+trained network: no exponential gap.
 
-Claim: for a random trigonometric polynomial of frequency :math:`\\le 4` on :math:`S^1` and a
-random degree-2 polynomial on :math:`S^4` (``d = 5``), labels with noise of sd 0.1, NTK
-regression has test MSE within a factor 3 of a trained wide two-layer ReLU network's
-(geometric mean over seeds) at ``n`` in {32, 128, 512}; on noiseless labels the ratio stays
-below 30. The ReLU NTK is a Sobolev-like kernel whose eigenvalues decay polynomially with the
-frequency (Bietti & Mairal 2019, arXiv:1905.12173), so a target made of a few low
-frequencies lies well inside its RKHS; contrast the gap on a sparse parity
-(Barak et al. 2022, arXiv:2207.08799; experiment ``sparse-parity``).
+Claim (Ganguli & Constantinescu 2026, "A Function-Space Dichotomy for Compositional Learning:
+Exponential Sub-Optimality of the Neural Tangent Kernel", numerical section, "smooth
+targets"): on band-limited smooth targets NTK regression is competitive with, or better
+than, a wide trained network; there is no exponential gap (contrast the sparse parity of
+experiment ``sparse-parity``). The ReLU NTK is a Sobolev-like kernel whose eigenvalues decay
+polynomially with the frequency (Bietti & Mairal 2019, arXiv:1905.12173), so a target made of
+a few low frequencies lies well inside its RKHS.
+
+The claim is one-sided ("not much worse"), and the paper gives no factor: the bounds below are
+**ntklab's own sanity bounds**, not figures of the paper. For a random trigonometric
+polynomial of frequency :math:`\\le 4` on :math:`S^1` and a random degree-2 polynomial on
+:math:`S^4` (``d = 5``), with labels carrying noise of sd 0.1, NTK test MSE / network test MSE
+(geometric mean over seeds) is at most ``RATIO_FACTOR = 3`` at every ``n``; on noiseless
+labels it is below ``NOISELESS_MAX_RATIO = 30`` (far from the gap of :math:`10^4` and more
+that the same paper reports on the sparse parity).
 
 Data, computation, measurement, verdict, figure:
 
@@ -21,20 +28,62 @@ Data, computation, measurement, verdict, figure:
    (:func:`~ntklab.dynamics.model_selection.select_ridge_validation`) and so is the depth;
 3. network: ``Dense, Relu, Dense`` of width ``width`` in ``parameterization``, one member
    per seed trained together (:func:`~ntklab.nets.train_ensemble`, full-batch GD on the
-   squared loss), early-stopped at the recorded step of smallest validation MSE;
+   squared loss), early-stopped at the recorded step of smallest validation MSE. With
+   ``zero_output`` (the default) each member is an antisymmetric pair whose initial output
+   :math:`f_0` is exactly 0 (:class:`~ntklab.nets.AntisymmetricPair`), as the kernel
+   regression it is compared with starts from 0: a random :math:`f_0` (sd about 0.6 against
+   a target of sd about 1) is a component of the error that early-stopped training does not
+   remove; in an audit of the first paper-scale run it, not the training length, set the
+   network's floor (NTK / network 0.24 at ``sphere, noisy, n = 2048``, 0.36-0.59 with
+   :math:`f_0 = 0`);
 4. test MSE of each method against the noiseless target (the excess risk); ratio
    NTK / network per seed, geometric mean over seeds (metric ``ratio[target,noise,n=N]``).
-   "Within a factor 3" is read literally, both ways: :math:`1/3 \\le` NTK / network
-   :math:`\\le 3` (a ratio below 1/3 would mean the network baseline is undertrained rather
-   than that the NTK is competitive); PASS when every noisy ratio is in that range and every
-   noiseless one below 30;
-5. figure: the geometric-mean test MSE of both methods against ``n``, one panel per target.
+   PASS when every noisy ratio is at most ``ratio_factor`` and every noiseless one below
+   ``noiseless_max_ratio``. A ratio below ``1 / ratio_factor`` (the NTK 3x *better*) does
+   not contradict the claim; it raises the **baseline warning** instead (metric
+   ``baseline_warning``, a note in the result): the network baseline looks undertrained or
+   floored by its :math:`f_0`. The warning also fires when the networks start at
+   :math:`f_0 \\ne 0` and the mean square of :math:`f_0` on the test inputs exceeds the
+   network's test MSE in some noisy cell (metric ``f0_energy_over_net_mse`` > 1: the error
+   can be a residue of :math:`f_0`). Neither is part of PASS/FAIL;
+5. control: with ``zero_output`` the measured mean square of :math:`f_0` must be 0; if it is
+   not, the baseline is not what it claims to be and the verdict is ERROR;
+6. width sweep (reported, not judged): at ``sweep_n`` on ``sweep_target`` with noisy labels
+   (the cell that failed at paper scale: ``n = 2048`` on the sphere; quick: ``n = 512``,
+   its largest ``n``), the first ``sweep_seeds`` seeds' data, networks of each width of
+   ``width_sweep`` trained with :math:`f_0 = 0` and with a random :math:`f_0`, side by side
+   (metrics ``sweep_ratio[w=W,f0=zero|random]``), which separates the width from
+   :math:`f_0`. In the standard parameterization the NTK of the network grows linearly with
+   the width, so the learning rate of width ``w`` is ``learning_rate * width / w`` (the same
+   steps in kernel time); in the NTK and muP parameterizations it is ``learning_rate``;
+7. figure: the geometric-mean test MSE of both methods against ``n``, one panel per target,
+   and the width sweep.
+
+Audit (Ganguli & Constantinescu's claim, issue "verdicts that test the claim"):
+
+- wrong kernel (the analytic NTK replaced by 1.5 NTK + 0.5 NNGP): the verdict still PASSes
+  (quick scale, 2026-12-04: noisy ratios 0.31-1.54 against 0.32-1.54 with the NTK): the
+  wrong kernel is a smooth kernel too, and the claim is about smooth kernels doing well,
+  not about this kernel's exact values; the test suite catches the mutation instead: the
+  tiny run's NTK test MSE is compared with an independent NumPy evaluation of the ReLU
+  NTK's closed form (arc-cosine kernels, Cho & Saul 2009);
+- permuted labels (reasoned, not run): both methods then fit noise, both test MSEs approach
+  the target's variance, and the ratio approaches 1: PASS. The claim (no gap on a smooth
+  target) is not falsified by a target both methods fail on, so this is not a defect of the
+  criterion;
+- a baseline set up to lose (an undertrained network, or a random :math:`f_0`): the ratio
+  falls below 1 and the verdict PASSes (one-sided), which a one-sided claim cannot avoid;
+  the baseline warning fires instead (tested: a network with a random :math:`f_0` is
+  flagged), and the width sweep reports how far a random :math:`f_0` is from
+  :math:`f_0 = 0` at each width.
 
 Paper scale (``n`` from 32 to 2048, 10 seeds, 4000 test points, NTK depths 1-4, networks of
 width 1024 trained for 10000 full-batch steps, float64) measured 70 minutes on the project's
-2-core x86_64 machine shared with other jobs (load 4-5; 2026-12-02,
-``results/paper/bandlimited.json``): the NTK fits (validation ridges over four depths) and
-140 network runs of 10000 steps.
+2-core x86_64 machine shared with other jobs (load 4-5; 2026-12-02, with the random
+:math:`f_0` and no width sweep): the NTK fits (validation ridges over four depths) and 140
+network runs of 10000 steps. The width sweep of the paper scale is kept small (widths 256,
+1024, 2048; 3 seeds; two initializations): about two extra ``n = 2048`` cells of the grid,
+by the cost of the network runs (linear in width, seeds and ``n``); not yet measured.
 """
 
 from __future__ import annotations
@@ -70,6 +119,8 @@ from . import (
 from .spectrum_s1 import relu_network
 
 __all__ = [
+    "F0_ENERGY_WARNING",
+    "F0_ZERO_TOLERANCE",
     "NOISELESS_MAX_RATIO",
     "RATIO_FACTOR",
     "BandlimitedConfig",
@@ -79,14 +130,25 @@ __all__ = [
     "network_test_mse",
     "ntk_test_mse",
     "ratio_name",
+    "sweep_name",
 ]
 
 Target = Literal["circle", "sphere"]
 
-#: With noisy labels, NTK / network test MSE must lie in [1 / RATIO_FACTOR, RATIO_FACTOR].
+#: With noisy labels, NTK / network test MSE must be at most this. ntklab's own sanity bound:
+#: Ganguli & Constantinescu 2026 (numerical section) report "competitive or better, no
+#: exponential gap" and no factor. Below 1 / RATIO_FACTOR the baseline warning fires.
 RATIO_FACTOR = 3.0
-#: With noiseless labels, NTK / network test MSE must stay below this.
+#: With noiseless labels, NTK / network test MSE must stay below this. ntklab's own sanity
+#: bound, far below the 10^4-10^6 gap the same paper reports on a sparse parity.
 NOISELESS_MAX_RATIO = 30.0
+#: Baseline warning: the networks' initial output f0 has a mean square on the test inputs
+#: above this multiple of the network's test MSE (its error can be a residue of f0).
+#: ntklab's own diagnostic.
+F0_ENERGY_WARNING = 1.0
+#: Control of ``zero_output``: the measured mean square of f0 must not exceed this (it is
+#: exactly 0 for an antisymmetric pair).
+F0_ZERO_TOLERANCE = 1e-12
 
 
 class BandlimitedConfig(ExperimentConfig):
@@ -124,10 +186,22 @@ class BandlimitedConfig(ExperimentConfig):
         The network and its full-batch gradient descent (``t`` steps at ``learning_rate``, as in
         :func:`~ntklab.nets.train`); validation every ``record_every``
         steps.
+    zero_output : bool
+        Whether the networks start at :math:`f_0 = 0` (antisymmetric pairs; the width must be
+        even) or at a random :math:`f_0` (the behaviour of the first runs).
     ratio_factor : float
-        Noisy criterion: ratio in ``[1 / ratio_factor, ratio_factor]`` (>= 1).
+        Noisy criterion: ratio at most ``ratio_factor`` (>= 1); a ratio below
+        ``1 / ratio_factor`` raises the baseline warning.
     noiseless_max_ratio : float
         Noiseless criterion: ratio below it (> 0).
+    width_sweep : tuple of int
+        Widths of the width sweep (reported, not judged; empty: no sweep). Even widths.
+    sweep_target : {"circle", "sphere"}
+        Target of the width sweep (noisy labels).
+    sweep_n : int
+        Sample size of the width sweep.
+    sweep_seeds : int
+        Seeds of the width sweep (the first ones of the grid's, at most ``seeds``).
     """
 
     targets: tuple[Target, ...] = Field(default=("circle", "sphere"), min_length=1)
@@ -151,8 +225,13 @@ class BandlimitedConfig(ExperimentConfig):
     learning_rate: PositiveFloat = 0.04
     t: Count = 4000
     record_every: Count = 20
+    zero_output: bool = True
     ratio_factor: float = Field(default=RATIO_FACTOR, ge=1.0, allow_inf_nan=False)
     noiseless_max_ratio: PositiveFloat = NOISELESS_MAX_RATIO
+    width_sweep: tuple[Count, ...] = (64, 256, 1024)
+    sweep_target: Target = "sphere"
+    sweep_n: Count = 512
+    sweep_seeds: Count = 3
 
     @model_validator(mode="after")
     def _check_grid(self) -> BandlimitedConfig:
@@ -164,14 +243,34 @@ class BandlimitedConfig(ExperimentConfig):
             raise NtklabValueError(
                 f"ns: expected strictly increasing sizes, received {list(self.ns)}"
             )
-        for n in self.ns:
-            n_val = _n_validation(n, self.validation_fraction)
-            if n - n_val < 1:
-                raise NtklabValueError(
-                    f"ns: expected sizes that leave at least one fit point after holding out "
-                    f"validation_fraction = {self.validation_fraction:g} for validation, "
-                    f"received n = {n} ({n_val} validation points)"
-                )
+        for name, sizes in (("ns", self.ns), ("sweep_n", (self.sweep_n,))):
+            for n in sizes:
+                n_val = _n_validation(n, self.validation_fraction)
+                if n - n_val < 1:
+                    raise NtklabValueError(
+                        f"{name}: expected sizes that leave at least one fit point after "
+                        f"holding out validation_fraction = {self.validation_fraction:g} for "
+                        f"validation, received n = {n} ({n_val} validation points)"
+                    )
+        if self.zero_output and self.width % 2:
+            raise NtklabValueError(
+                f"width: expected an even width with zero_output = True (two halves), "
+                f"received {self.width}"
+            )
+        odd = [w for w in self.width_sweep if w % 2]
+        if odd:
+            raise NtklabValueError(
+                f"width_sweep: expected even widths (the f0 = 0 networks are two halves), "
+                f"received {list(self.width_sweep)}"
+            )
+        if len(set(self.width_sweep)) != len(self.width_sweep):
+            raise NtklabValueError(
+                f"width_sweep: expected each width at most once, received {list(self.width_sweep)}"
+            )
+        if self.width_sweep and self.sweep_seeds > self.seeds:
+            raise NtklabValueError(
+                f"sweep_seeds: expected at most seeds = {self.seeds}, received {self.sweep_seeds}"
+            )
         return self
 
 
@@ -193,6 +292,20 @@ def ratio_name(target: str, label: str, n: int) -> str:
 def _key(target: str, label: str, n: int) -> str:
     """Suffix of the arrays of one cell: ``"circle_noisy_n32"``."""
     return f"{target}_{label}_n{n}"
+
+
+def sweep_name(width: int, zero_output: bool) -> str:
+    """Name of the metric of one width of the sweep: ``"sweep_ratio[w=256,f0=zero]"``."""
+    return f"sweep_ratio[w={width},f0={'zero' if zero_output else 'random'}]"
+
+
+def _sweep_learning_rate(config: BandlimitedConfig, width: int) -> float:
+    """Learning rate of width ``width`` in the sweep: ``learning_rate * config.width / width``
+    in the standard parameterization (its NTK grows linearly with the width), else
+    ``learning_rate``."""
+    if config.parameterization == "standard":
+        return config.learning_rate * config.width / width
+    return config.learning_rate
 
 
 def _data(
@@ -245,9 +358,10 @@ def network_test_mse(
     f_test: Tensor,
     n_fit: int,
     gen: torch.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Early-stopped test MSE of one two-layer network per seed (the leading axis of the
-    inputs), and the stopping steps.
+    inputs), the stopping steps, and the mean square of the initial output :math:`f_0` on the
+    test inputs (0 with ``config.zero_output``), each of shape ``(seeds,)``.
 
     The validation MSE is recorded every ``record_every`` steps; each member's test MSE is
     that of its weights at the recorded step of smallest validation MSE (the first one on a
@@ -262,9 +376,12 @@ def network_test_mse(
         config.width,
         in_features=d,
         parameterization=config.parameterization,
+        zero_output=config.zero_output,
         generator=gen,
         dtype=torch.float32,
     )
+    with torch.no_grad():
+        f0_ms = ens(x_test.float())[..., 0].double().square().mean(dim=-1)  # shape: (M,)
     record = list(range(0, config.t + 1, config.record_every))
     if record[-1] != config.t:
         record.append(config.t)
@@ -317,11 +434,47 @@ def network_test_mse(
             test = (run.test_outputs[0, ..., 0].double() - f_test).square().mean(dim=-1)
             chosen[picked] = test[picked]
     steps = torch.tensor(record, dtype=torch.int64)
-    return chosen.numpy(), steps[stop].numpy()
+    return chosen.numpy(), steps[stop].numpy(), f0_ms.numpy()
 
 
 def _geomean(values: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(values))))
+
+
+def _cell_data(
+    config: BandlimitedConfig, ctx: RunContext, target: Target, sd: float, n: int, seeds: int
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], np.ndarray, np.ndarray]:
+    """The data of the first ``seeds`` seeds of one cell, stacked over seeds, and the NTK's
+    test MSE and chosen depth per seed.
+
+    Each seed draws its own sample of ``n`` points (generator ``<target>-n<n>-seed<s>``, so a
+    noisy and a noiseless cell, and the width sweep, see the same inputs) with label noise of
+    standard deviation ``sd``; the NTK's depth and ridge are chosen on the validation split by
+    :func:`ntk_test_mse`.
+
+    Returns
+    -------
+    data : tuple of Tensor
+        ``x`` (seeds, n, d), ``y`` (seeds, n), ``x_test`` (seeds, n_test, d) and ``f_test``
+        (seeds, n_test).
+    ntk, depths : numpy.ndarray
+        Each of shape ``(seeds,)``.
+    """
+    n_fit = n - _n_validation(n, config.validation_fraction)
+    xs, ys, xts, fts = [], [], [], []
+    ntk = np.zeros(seeds)
+    depths = np.zeros(seeds, dtype=np.int64)
+    for seed in range(seeds):
+        gen = ctx.generator(f"{target}-n{n}-seed{seed}")
+        x, f, x_test, f_test = _data(target, config, n, gen)
+        y = f + sd * torch.randn(n, generator=gen, dtype=f.dtype)
+        ntk[seed], depths[seed], _ = ntk_test_mse(config, x, y, x_test, f_test, n_fit)
+        xs.append(x)
+        ys.append(y)
+        xts.append(x_test)
+        fts.append(f_test)
+    data = (torch.stack(xs), torch.stack(ys), torch.stack(xts), torch.stack(fts))
+    return data, ntk, depths
 
 
 def _cell_mse(
@@ -330,14 +483,11 @@ def _cell_mse(
     target: Target,
     noise: tuple[str, float],
     n: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Test MSEs of the NTK and of the early-stopped network in one cell of the grid, per seed.
 
-    Each seed draws its own sample of ``n`` points (generator ``<target>-n<n>-seed<s>``, so a
-    noisy and a noiseless cell see the same inputs) with label noise of standard deviation
-    ``sd``; the NTK's depth and ridge are chosen on the validation split by
-    :func:`ntk_test_mse`, and the networks of all seeds are trained at once by
-    :func:`network_test_mse` (generator ``net-<target>-<label>-n<n>``).
+    The data and the NTK side come from :func:`_cell_data`; the networks of all seeds are
+    trained at once by :func:`network_test_mse` (generator ``net-<target>-<label>-n<n>``).
 
     Parameters
     ----------
@@ -354,34 +504,66 @@ def _cell_mse(
 
     Returns
     -------
-    ntk, depths, net, stops : numpy.ndarray
-        Each of shape ``(seeds,)``: NTK test MSE, its chosen depth, the network's test MSE
-        and its stopping step.
+    ntk, depths, net, stops, f0_ms : numpy.ndarray
+        Each of shape ``(seeds,)``: NTK test MSE, its chosen depth, the network's test MSE,
+        its stopping step and the mean square of its initial output on the test inputs.
     """
     label, sd = noise
     n_fit = n - _n_validation(n, config.validation_fraction)
-    xs, ys, xts, fts = [], [], [], []
-    ntk = np.zeros(config.seeds)
-    depths = np.zeros(config.seeds, dtype=np.int64)
-    for seed in range(config.seeds):
-        gen = ctx.generator(f"{target}-n{n}-seed{seed}")
-        x, f, x_test, f_test = _data(target, config, n, gen)
-        y = f + sd * torch.randn(n, generator=gen, dtype=f.dtype)
-        ntk[seed], depths[seed], _ = ntk_test_mse(config, x, y, x_test, f_test, n_fit)
-        xs.append(x)
-        ys.append(y)
-        xts.append(x_test)
-        fts.append(f_test)
-    net, stops = network_test_mse(
-        config,
-        torch.stack(xs),
-        torch.stack(ys),
-        torch.stack(xts),
-        torch.stack(fts),
-        n_fit,
-        ctx.generator(f"net-{target}-{label}-n{n}"),
+    data, ntk, depths = _cell_data(config, ctx, target, sd, n, config.seeds)
+    net, stops, f0_ms = network_test_mse(
+        config, *data, n_fit, ctx.generator(f"net-{target}-{label}-n{n}")
     )
-    return ntk, depths, net, np.asarray(stops, dtype=np.int64)
+    return ntk, depths, net, np.asarray(stops, dtype=np.int64), f0_ms
+
+
+def _width_sweep(
+    config: BandlimitedConfig, ctx: RunContext
+) -> tuple[list[Metric], dict[str, np.ndarray]]:
+    """The width sweep: at ``sweep_n`` on ``sweep_target`` (noisy labels), the first
+    ``sweep_seeds`` seeds' data and NTK, networks of each width of ``width_sweep`` with
+    :math:`f_0 = 0` and with a random :math:`f_0` (generator ``sweep-w<W>-<zero|random>``).
+
+    Returns
+    -------
+    metrics : list of Metric
+        ``sweep_ratio[w=W,f0=zero|random]``: NTK / network test MSE, geometric mean over seeds.
+    arrays : dict of str to numpy.ndarray
+        ``sweep_widths``, ``sweep_ntk_mse`` (seeds,), ``sweep_net_mse_zero`` and
+        ``sweep_net_mse_random`` (len(width_sweep), seeds).
+    """
+    target, n = config.sweep_target, config.sweep_n
+    n_fit = n - _n_validation(n, config.validation_fraction)
+    data, ntk, _ = _cell_data(config, ctx, target, config.noise_sd, n, config.sweep_seeds)
+    x, y, x_test, f_test = data
+    widths = config.width_sweep
+    nets = {z: np.zeros((len(widths), config.sweep_seeds)) for z in (True, False)}
+    metrics: list[Metric] = []
+    for i, width in enumerate(widths):
+        lr = _sweep_learning_rate(config, width)
+        for zero in (True, False):
+            sub = config.model_copy(
+                update={"width": width, "learning_rate": lr, "zero_output": zero}
+            )
+            gen = ctx.generator(f"sweep-w{width}-{'zero' if zero else 'random'}")
+            net, _, f0_ms = network_test_mse(sub, x, y, x_test, f_test, n_fit, gen)
+            nets[zero][i] = net
+            metrics.append(
+                Metric(
+                    sweep_name(width, zero),
+                    _geomean(ntk / net),
+                    note=f"{target}, noisy, n={n}, {config.sweep_seeds} seeds: NTK "
+                    f"{_geomean(ntk):.3g} vs net {_geomean(net):.3g} (lr {lr:.3g}, mean "
+                    f"square of f0 {float(np.mean(f0_ms)):.3g}); reported, not judged",
+                )
+            )
+    arrays = {
+        "sweep_widths": np.array(widths, dtype=np.int64),
+        "sweep_ntk_mse": ntk,
+        "sweep_net_mse_zero": nets[True],
+        "sweep_net_mse_random": nets[False],
+    }
+    return metrics, arrays
 
 
 def _summary_metrics(ratios: dict[str, list[float]], config: BandlimitedConfig) -> list[Metric]:
@@ -398,8 +580,8 @@ def _summary_metrics(ratios: dict[str, list[float]], config: BandlimitedConfig) 
     Returns
     -------
     list of Metric
-        ``noisy_ratio_max``, ``noisy_ratio_min`` and, with noiseless cells,
-        ``noiseless_ratio_max``.
+        ``noisy_ratio_max``, ``noisy_ratio_min`` (reported: below ``1 / ratio_factor`` it
+        raises the baseline warning) and, with noiseless cells, ``noiseless_ratio_max``.
     """
     noisy = ratios["noisy"]
     summary: list[Metric] = [
@@ -412,8 +594,8 @@ def _summary_metrics(ratios: dict[str, list[float]], config: BandlimitedConfig) 
         Metric(
             "noisy_ratio_min",
             min(noisy),
-            predicted=f">= 1/{config.ratio_factor:g}",
-            note="smallest noisy NTK / network ratio",
+            note=f"smallest noisy NTK / network ratio; below 1/{config.ratio_factor:g} it "
+            "raises the baseline warning (not judged)",
         ),
     ]
     if ratios["noiseless"]:
@@ -427,40 +609,118 @@ def _summary_metrics(ratios: dict[str, list[float]], config: BandlimitedConfig) 
     return summary
 
 
+def _baseline_metrics(
+    config: BandlimitedConfig,
+    beaten: list[str],
+    f0_over_net: float,
+    f0_ms: float,
+) -> tuple[list[Metric], tuple[str, ...]]:
+    """The baseline warning's metrics and its note (empty when it does not fire).
+
+    Parameters
+    ----------
+    config : BandlimitedConfig
+        The run's config.
+    beaten : list of str
+        The noisy cells whose ratio is below ``1 / ratio_factor``, by metric name.
+    f0_over_net : float
+        Largest, over the noisy cells, mean square of :math:`f_0` on the test inputs (mean
+        over seeds) over the network's test MSE (geometric mean over seeds).
+    f0_ms : float
+        Mean square of :math:`f_0` on the test inputs, mean over every cell and seed.
+    """
+    floored = f0_over_net > F0_ENERGY_WARNING
+    warning = bool(beaten) or floored
+    metrics = [
+        Metric(
+            "baseline_warning",
+            float(warning),
+            note="1 when the network baseline looks undertrained or floored by its initial "
+            "output f0 (a warning, not part of the verdict)",
+        ),
+        Metric(
+            "baseline_beaten_cells",
+            float(len(beaten)),
+            note=f"noisy cells where the NTK is more than {config.ratio_factor:g}x better "
+            "than the network",
+        ),
+        Metric(
+            "f0_energy_over_net_mse",
+            f0_over_net,
+            note=f"largest over noisy cells of mean square of f0 / network test MSE; above "
+            f"{F0_ENERGY_WARNING:g} the network's error can be a residue of f0",
+        ),
+        Metric(
+            "f0_mean_square",
+            f0_ms,
+            predicted="0" if config.zero_output else None,
+            note="mean square of the networks' initial output on the test inputs (control: 0 "
+            "with zero_output)",
+        ),
+    ]
+    notes: list[str] = []
+    if beaten:
+        notes.append(
+            f"baseline warning: the NTK beats the network by more than "
+            f"{config.ratio_factor:g}x at {', '.join(beaten)}: the network baseline looks "
+            "undertrained or floored by f0 (not part of the verdict)"
+        )
+    if floored:
+        notes.append(
+            f"baseline warning: the networks start at a random f0 whose mean square is "
+            f"{f0_over_net:.3g}x the network's test MSE: its error floor can be set by f0 "
+            "(not part of the verdict)"
+        )
+    return metrics, tuple(notes)
+
+
 def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
-    """Test MSE of NTK regression and of the early-stopped network in every cell of the grid.
+    """Test MSE of NTK regression and of the early-stopped network in every cell of the grid,
+    the baseline warning, and the width sweep.
 
     Returns
     -------
     Measurement
         ``ratio[target,noise,n=N]`` per cell and ``noisy_ratio_max``, ``noisy_ratio_min``,
-        ``noiseless_ratio_max`` over them; arrays ``ntk_mse_<cell>``, ``net_mse_<cell>``
-        (per seed), ``ntk_depth_<cell>``, ``net_stop_<cell>`` and ``ns``.
+        ``noiseless_ratio_max`` over them; ``baseline_warning``, ``baseline_beaten_cells``,
+        ``f0_energy_over_net_mse``, ``f0_mean_square``; ``sweep_ratio[w=W,f0=zero|random]``;
+        arrays ``ntk_mse_<cell>``, ``net_mse_<cell>``, ``f0_ms_<cell>`` (per seed),
+        ``ntk_depth_<cell>``, ``net_stop_<cell>``, ``ns`` and the sweep's
+        (:func:`_width_sweep`).
     """
     cells: list[Metric] = []
     arrays: dict[str, np.ndarray] = {"ns": np.array(config.ns, dtype=np.int64)}
     ratios: dict[str, list[float]] = {"noisy": [], "noiseless": []}
+    beaten: list[str] = []
+    f0_over_net = 0.0
+    f0_all: list[float] = []
     labels = _noise_labels(config)
-    jobs = len(config.targets) * len(labels) * len(config.ns)
+    jobs = len(config.targets) * len(labels) * len(config.ns) + (1 if config.width_sweep else 0)
     done = 0
     for target in config.targets:
         for label, sd in labels:
             for n in config.ns:
-                ntk, depths, net, stops = _cell_mse(config, ctx, target, (label, sd), n)
+                ntk, depths, net, stops, f0_ms = _cell_mse(config, ctx, target, (label, sd), n)
                 ratio = _geomean(ntk / net)
                 ratios[label].append(ratio)
                 key = _key(target, label, n)
+                name = ratio_name(target, label, n)
                 arrays[f"ntk_mse_{key}"] = ntk
                 arrays[f"net_mse_{key}"] = net
+                arrays[f"f0_ms_{key}"] = f0_ms
                 arrays[f"ntk_depth_{key}"] = depths
                 arrays[f"net_stop_{key}"] = stops
+                f0_all.extend(f0_ms.tolist())
                 if label == "noisy":
-                    predicted = f"in [1/{config.ratio_factor:g}, {config.ratio_factor:g}]"
+                    predicted = f"<= {config.ratio_factor:g}"
+                    if ratio < 1.0 / config.ratio_factor:
+                        beaten.append(name)
+                    f0_over_net = max(f0_over_net, float(np.mean(f0_ms)) / _geomean(net))
                 else:
                     predicted = f"< {config.noiseless_max_ratio:g}"
                 cells.append(
                     Metric(
-                        ratio_name(target, label, n),
+                        name,
                         ratio,
                         predicted=predicted,
                         note=f"NTK {_geomean(ntk):.3g} (depths {sorted(set(depths.tolist()))}) "
@@ -471,14 +731,22 @@ def measure(config: BandlimitedConfig, ctx: RunContext) -> Measurement:
                 done += 1
                 ctx.progress(done / jobs, f"{target},{label},n={n}: ratio {ratio:.2f}")
     summary = _summary_metrics(ratios, config)
+    baseline, warnings_ = _baseline_metrics(config, beaten, f0_over_net, float(np.mean(f0_all)))
+    sweep: list[Metric] = []
+    if config.width_sweep:
+        sweep, sweep_arrays = _width_sweep(config, ctx)
+        arrays.update(sweep_arrays)
+        ctx.progress(1.0, f"width sweep at n={config.sweep_n}")
+    f0 = "f0 = 0 (antisymmetric pairs)" if config.zero_output else "a random f0"
     return Measurement(
-        metrics=(*summary, *cells),
+        metrics=(*summary, *baseline, *cells, *sweep),
         arrays=arrays,
         notes=(
             f"network: width {config.width}, {config.parameterization} parameterization, "
-            f"full-batch GD lr {config.learning_rate}, {config.t} steps, early-stopped on "
-            f"the validation split (every {config.record_every} steps)",
+            f"{f0}, full-batch GD lr {config.learning_rate}, {config.t} steps, early-stopped "
+            f"on the validation split (every {config.record_every} steps)",
             "test MSE against the noiseless target on fresh inputs (excess risk)",
+            *warnings_,
         ),
     )
 
@@ -490,8 +758,10 @@ def _span(values: list[float]) -> str:
 
 
 def judge(config: BandlimitedConfig, metrics: Metrics) -> Judgement:
-    """PASS when every noisy ratio lies in ``[1/ratio_factor, ratio_factor]`` and every
-    noiseless ratio is below ``noiseless_max_ratio`` (NaN fails)."""
+    """PASS when every noisy ratio is at most ``ratio_factor`` and every noiseless ratio is
+    below ``noiseless_max_ratio`` (NaN fails); ERROR (a failed control) when the networks
+    were to start at :math:`f_0 = 0` and did not. The baseline warning is stated in the
+    summary, not judged."""
     factor, ceiling = config.ratio_factor, config.noiseless_max_ratio
     values: dict[str, list[float]] = {"noisy": [], "noiseless": []}
     off: list[str] = []
@@ -501,33 +771,58 @@ def judge(config: BandlimitedConfig, metrics: Metrics) -> Judgement:
                 name = ratio_name(target, label, n)
                 ratio = metrics[name].value
                 values[label].append(ratio)
-                ok = (1.0 / factor <= ratio <= factor) if label == "noisy" else ratio < ceiling
+                ok = ratio <= factor if label == "noisy" else ratio < ceiling
                 if not ok:
                     off.append(f"{name} = {ratio:.3g}")
     parts = [
         f"NTK / network test MSE (geometric mean over {config.seeds} seeds): noisy "
-        f"{_span(values['noisy'])} (predicted in [1/{factor:g}, {factor:g}])"
+        f"{_span(values['noisy'])} (predicted <= {factor:g})"
     ]
+    f0 = "f0 = 0" if config.zero_output else "a random f0"
     criterion = (
         f"with label noise sd {config.noise_sd:g}, the geometric mean over {config.seeds} "
-        f"seeds of NTK test MSE / network test MSE lies in [1/{factor:g}, {factor:g}] at "
-        f"n = {', '.join(str(n) for n in config.ns)} on targets {', '.join(config.targets)}"
+        f"seeds of NTK test MSE / network test MSE (networks starting at {f0}) is at most "
+        f"{factor:g} at n = {', '.join(str(n) for n in config.ns)} on targets "
+        f"{', '.join(config.targets)}"
     )
     if config.noiseless:
         parts.append(f"noiseless {_span(values['noiseless'])} (predicted < {ceiling:g})")
         criterion += f"; on noiseless labels it is below {ceiling:g}"
+    criterion += " (ntklab's own bounds on the paper's 'no exponential gap')"
     parts.append(f"n in {list(config.ns)}, targets {list(config.targets)}")
     if off:
         parts.append("off: " + ", ".join(off))
-    return Judgement(passed=not off, summary="; ".join(parts), criterion=criterion)
+    if metrics["baseline_warning"].value != 0.0:
+        parts.append(
+            f"baseline warning: {metrics['baseline_beaten_cells'].value:g} noisy cells with "
+            f"ratio < 1/{factor:g}, mean square of f0 / network MSE up to "
+            f"{metrics['f0_energy_over_net_mse'].value:.3g} (not judged)"
+        )
+    controls: list[str] = []
+    f0_ms = metrics["f0_mean_square"].value
+    if config.zero_output and not f0_ms <= F0_ZERO_TOLERANCE:
+        controls.append(
+            f"zero_output: the networks' initial output has mean square {f0_ms:.3g} on the "
+            f"test inputs, expected 0"
+        )
+    return Judgement(
+        passed=not off,
+        summary="; ".join(parts),
+        criterion=criterion,
+        controls_failed=tuple(controls),
+    )
 
 
 def draw(
     config: BandlimitedConfig, metrics: Metrics, arrays: Mapping[str, Any]
 ) -> dict[str, Figure]:
-    """Geometric-mean test MSE of both methods against ``n``, one panel per target."""
-    fig = Figure(figsize=(5.5 * len(config.targets), 4.2))
-    axes = np.atleast_1d(fig.subplots(1, len(config.targets)))
+    """Geometric-mean test MSE of both methods against ``n``, one panel per target, and the
+    width sweep's network test MSE against the width (``f0 = 0`` and random) beside the
+    NTK's."""
+    panels = len(config.targets) + (1 if config.width_sweep else 0)
+    fig = Figure(figsize=(5.5 * panels, 4.2))
+    all_axes = np.atleast_1d(fig.subplots(1, panels))
+    axes = all_axes[: len(config.targets)]
     ns = np.asarray(arrays["ns"], dtype=np.float64)
     for ax, target in zip(axes, config.targets, strict=True):
         for label, _ in _noise_labels(config):
@@ -548,6 +843,20 @@ def draw(
             ylabel="test MSE vs noiseless target (geo. mean)",
         )
         ax.legend(fontsize=7)
+    if config.width_sweep:
+        ax = all_axes[-1]
+        widths = np.asarray(arrays["sweep_widths"], dtype=np.float64)
+        ntk_sweep = _geomean(np.asarray(arrays["sweep_ntk_mse"]))
+        for zero, marker in (("zero", "o-"), ("random", "s--")):
+            net_sweep = np.exp(np.log(np.asarray(arrays[f"sweep_net_mse_{zero}"])).mean(axis=1))
+            ax.loglog(widths, net_sweep, marker, label=f"network, f0 {zero}")
+        ax.axhline(ntk_sweep, color="k", lw=0.8, ls=":", label="NTK")
+        ax.set(
+            title=f"width sweep: {config.sweep_target}, noisy, n={config.sweep_n}",
+            xlabel="width",
+            ylabel="test MSE (geo. mean)",
+        )
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return {"bandlimited": fig}
 
@@ -558,18 +867,28 @@ EXPERIMENT = register(
         claim_id="A4",
         claim=(
             "On smooth band-limited targets (a random trigonometric polynomial of frequency "
-            "<= 4 on S^1, a degree-2 polynomial on S^4) NTK regression is competitive with a "
-            "trained wide two-layer ReLU network: no exponential gap."
+            "<= 4 on S^1, a degree-2 polynomial on S^4) NTK regression is not much worse than "
+            "a trained wide two-layer ReLU network: no exponential gap (Ganguli & "
+            "Constantinescu 2026)."
         ),
         criterion=(
             "with label noise sd 0.1, the geometric mean over seeds of NTK test MSE / network "
-            "test MSE is within a factor 3 either way "
-            "at n = 32, 128, 512 on both targets; on noiseless labels it stays below 30"
+            "test MSE (networks starting at f0 = 0) is at most 3 at every n on both targets; "
+            "on noiseless labels it stays below 30 (both ntklab's own sanity bounds on the "
+            "paper's 'no exponential gap'); a ratio below 1/3 raises a baseline warning, not "
+            "judged"
+        ),
+        criterion_change=(
+            "2026-12-04: the verdict is the one-sided claim (NTK / network <= 3, noiseless < 30; "
+            "a ratio under 1/3 failed it when the NTK was better) and the networks start at f0 = "
+            "0 (a random f0 set their error floor); the lower bound is a baseline warning"
         ),
         reported=(
-            "no exponential gap on smooth targets: NTK test MSE within 3x of a trained network's"
+            "Ganguli & Constantinescu 2026, numerical section: on band-limited smooth targets "
+            "the NTK is competitive with or better than a wide network, no exponential gap "
+            "(no factor given)"
         ),
-        headline=("noisy_ratio_min", "noisy_ratio_max", "noiseless_ratio_max"),
+        headline=("noisy_ratio_max", "noiseless_ratio_max", "baseline_warning"),
         dataset="synthetic: random polynomials on S^1 and S^4 + noise",
         config_type=BandlimitedConfig,
         scales={
@@ -583,6 +902,9 @@ EXPERIMENT = register(
                 "t": 100,
                 "record_every": 10,
                 "noiseless": True,
+                "width_sweep": [16, 32],
+                "sweep_n": 32,
+                "sweep_seeds": 2,
             },
             "quick": {},
             "paper": {
@@ -593,6 +915,9 @@ EXPERIMENT = register(
                 "learning_rate": 0.01,
                 "t": 10000,
                 "ntk_depths": [1, 2, 3, 4],
+                "width_sweep": [256, 1024, 2048],
+                "sweep_n": 2048,
+                "sweep_seeds": 3,
             },
         },
         measure=measure,

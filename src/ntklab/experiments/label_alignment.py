@@ -26,11 +26,54 @@ neural networks"). Measured here:
 5. binned log-log slopes over the eigenvalues in ``relative_range`` times :math:`\\lambda_1`
    (:func:`ntklab.analysis.alignment_slope`, bootstrap interval; the range used is reported)
    and the share of :math:`\\|Y\\|^2` on the top ``top_k`` eigenvectors;
-6. verdict, ``criterion="chance"`` (digits): label slope >= 0.8, permuted slope within
-   ``permuted_tolerance`` of 0, top-``top_k`` share >= 75%, residual slope in [0.8, 1.5], for
-   every network; ``criterion="seed"`` (paper scale): the paper's slopes, label slope in
-   [1.6, 2.4] and residual slope in [0.7, 1.3]. The paper's slopes 2 and 1 are printed next
-   to the measured ones.
+6. controls, on each network's own spectrum (:func:`control_targets`): targets whose slope
+   is known, labels :math:`Y = KA` (slope 2), :math:`Y \\sim N(0, K)` (slope 1) and white
+   noise (slope 0), fitted by the same estimator; the residual's control :math:`f_0 - Y_\\pi`
+   with permuted labels; :math:`f_0` alone (``f0_slope``) and its share of the residual's
+   energy (``f0_label_energy_ratio``); with :math:`f_0 = 0` the residual is :math:`-Y` and
+   its slope is the label slope;
+7. the label slope under other estimators, side by side (reported, not judged): raw
+   one-hot labels (``label_slope_raw_onehot``), single eigenpairs without bins
+   (``label_slope_unbinned``), groups of :data:`GROUP_SIZE` consecutive eigenpairs
+   (``label_slope_groups``);
+8. verdict, ``criterion="chance"`` (digits): label slope >= 0.8, permuted slope within
+   ``permuted_tolerance`` of 0, top-``top_k`` share >= 75%, residual slope in [0.8, 1.5];
+   ``criterion="seed"`` (paper scale): the paper's slopes, label slope in [1.6, 2.4] and
+   residual slope in [0.7, 1.3]; under both, for every network, the residual slope's interval
+   must lie apart from its permuted-label control's (else the residual's slope is set by
+   :math:`f_0` and the network, not by the labels, and says nothing about the claim). A control
+   farther than :data:`CONTROL_TOL` from its known slope makes the run an ERROR ("the
+   estimator failed its control"): the estimator could not be trusted on the labels either.
+   The paper's slopes 2 and 1 are printed next to the measured ones.
+
+Where each criterion comes from:
+
+- slopes 2 (labels) and 1 (residual): the paper's reported scaling laws
+  :math:`(v_i^\\top y)^2 \\sim \\lambda_i^2` and :math:`(v_i^\\top r_0)^2 \\sim \\lambda_i`, its
+  experiments on CIFAR-10 (the reported figure of the claims table);
+- the bands around them, [1.6, 2.4] and [0.7, 1.3] (:data:`PAPER_LABEL`,
+  :data:`PAPER_RESIDUAL`): ntklab's own tolerance (the paper states the slopes, not a band);
+- ``criterion="chance"``'s thresholds (label slope >= 0.8, top-100 share >= 75%, residual in
+  [0.8, 1.5], \\|permuted slope\\| <= 0.25): ntklab's own bounds for "aligned beyond
+  chance", set before the quick scale ran (a prototype on digits measured label slopes
+  0.9-1.35);
+- the controls' slopes 2, 1, 0 are exact in expectation (closed forms above);
+  :data:`CONTROL_TOL` and the residual-vs-control rule are ntklab's own sanity bounds.
+
+Assumptions: the NTK at initialization (not during training), the labels as given (centered
+one-hot), the slope fitted over ``relative_range`` only (never only the top decade).
+
+Audit (does the verdict test the claim?): with permuted labels (``labels="permuted"``, a
+control run of the whole experiment) the label slope falls to about 0 and the residual
+slope onto its permuted-label control: FAIL (a test runs it). With a wrong kernel
+(:math:`1.5\\hat\\Theta + 0.5 f f^\\top` in place of the empirical NTK,
+``tools/mutation_check.py``'s ``kernel`` column) the tiny run's spectra no longer equal a
+float64 Jacobian NTK of the same networks computed in the test, which fails. The controls
+guard the estimator itself: a binning or fitting error that bends slopes shows on targets
+whose slope is known. What it cannot tell: at the quick scale :math:`f_0` carries 11-16 times
+the labels' energy and the residual's slope is :math:`f_0`'s own (``f0_slope``); its
+distance to the permuted-label control comes from the labels' aligned energy at the top of
+the spectrum, which shuffling spreads flat.
 
 The paper measures on CIFAR-10; the paper scale here measures on Fashion-MNIST instead,
 because CIFAR-10 cannot be obtained on the project's machines (no network, no local copy)
@@ -40,9 +83,9 @@ tested on natural images, not on CIFAR-10 itself (``--set dataset=cifar10 data_r
 runs CIFAR-10 where a copy exists). Everything else of the paper scale is as before.
 
 :func:`measure` computes 1-5 and stores the spectra, energies, binned points and fits;
-:func:`judge` applies 6 (constants :data:`CHANCE_LABEL_MIN`, :data:`CHANCE_SHARE_MIN`,
-:data:`CHANCE_RESIDUAL`, :data:`PAPER_LABEL`, :data:`PAPER_RESIDUAL`); :func:`draw` plots the
-stored arrays.
+:func:`judge` applies 8 (constants :data:`CHANCE_LABEL_MIN`, :data:`CHANCE_SHARE_MIN`,
+:data:`CHANCE_RESIDUAL`, :data:`PAPER_LABEL`, :data:`PAPER_RESIDUAL`, :data:`CONTROL_SLOPES`,
+:data:`CONTROL_TOL`); :func:`draw` plots the stored arrays.
 
 Paper scale (10,000 class-balanced Fashion-MNIST training images, depth 3, MLP width 1024,
 CNN 64 channels, float64 analysis) took about 63 CPU-minutes over 2 threads on the project's
@@ -57,7 +100,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -71,6 +114,7 @@ from .._repr import short_repr
 from ..analysis import (
     AlignmentSlope,
     alignment_slope,
+    fit_power_law,
     kernel_eigh,
     permuted_projections,
     projections,
@@ -97,6 +141,9 @@ __all__ = [
     "CHANCE_LABEL_MIN",
     "CHANCE_RESIDUAL",
     "CHANCE_SHARE_MIN",
+    "CONTROL_SLOPES",
+    "CONTROL_TOL",
+    "GROUP_SIZE",
     "PAPER_LABEL",
     "PAPER_RESIDUAL",
     "TRAIN_SIZES",
@@ -127,6 +174,17 @@ CHANCE_RESIDUAL = (0.8, 1.5)
 PAPER_LABEL = (1.6, 2.4)
 #: ``criterion="seed"``: accepted residual slope (the paper: 1).
 PAPER_RESIDUAL = (0.7, 1.3)
+#: The controls: targets built on each network's own spectrum whose slope is known exactly in
+#: expectation, ``name -> slope``: labels ``Y = K A`` (energies :math:`\lambda_i^2 \|v_i^\top
+#: A\|^2`, slope 2), Gaussian labels ``Y ~ N(0, K)`` (energies :math:`\lambda_i z_i^2`,
+#: slope 1) and white noise (slope 0), each with as many columns as the labels.
+CONTROL_SLOPES: dict[str, float] = {"kernel": 2.0, "gaussian": 1.0, "noise": 0.0}
+#: Largest accepted distance between a control's slope and its known slope (ntklab's own
+#: sanity bound on the estimator, not a figure of the paper): beyond it the binned fit cannot
+#: be trusted on this spectrum and the run is an ERROR, not a PASS or FAIL.
+CONTROL_TOL = 0.1
+#: Eigenpairs per group of the grouped-estimator variant of the label slope.
+GROUP_SIZE = 100
 #: Training images of each data set (``load_images`` draws from the training split).
 TRAIN_SIZES: dict[str, int] = {
     "digits": 1797,
@@ -140,7 +198,7 @@ _TITLES = {
     "cifar10": "CIFAR-10",
     "fashion-mnist": "Fashion-MNIST",
 }
-_FITS = ("label", "permuted", "residual")
+_FITS = ("label", "permuted", "residual", "permuted_residual", "f0")
 
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -183,6 +241,10 @@ class LabelAlignmentConfig(ExperimentConfig):
         Eigenvectors of the energy share, 1 <= top_k <= n_train.
     max_memory_mb : int
         Memory budget of the empirical NTK in MiB, >= 1.
+    labels : {"true", "permuted"}
+        ``"permuted"`` is a control run of the whole experiment: the labels are shuffled
+        across the images before anything is measured, so there is no alignment to find
+        and the verdict must be FAIL.
     """
 
     dataset: DatasetName = "digits"
@@ -203,6 +265,7 @@ class LabelAlignmentConfig(ExperimentConfig):
     permuted_tolerance: PositiveFloat = 0.25
     top_k: Count = 100
     max_memory_mb: Count = 1024
+    labels: Literal["true", "permuted"] = "true"
 
     @model_validator(mode="after")
     def _check_grid(self) -> LabelAlignmentConfig:
@@ -395,6 +458,11 @@ class AlignmentMeasurement:
     residual_energy: Tensor
     top_share: float
     f0_std: float
+    permuted_residual: AlignmentSlope
+    f0: AlignmentSlope | None
+    f0_label_energy_ratio: float
+    controls: dict[str, AlignmentSlope]
+    variants: dict[str, float]
 
 
 def measure_alignment(
@@ -409,10 +477,18 @@ def measure_alignment(
     top_k: int,
     generator: torch.Generator,
 ) -> AlignmentMeasurement:
-    """Eigenpairs of ``kernel``; label, permuted-label and residual energies and slopes; the
-    top-``top_k`` share of the labels' energy."""
+    r"""Eigenpairs of ``kernel``; label, permuted-label and residual energies and slopes; the
+    top-``top_k`` share of the labels' energy; the residual's permuted-label control and
+    :math:`f_0` alone; the three controls of :data:`CONTROL_SLOPES`; the label slope under
+    other estimators (raw one-hot labels, no binning).
+
+    The permuted-label residual is :math:`f_0 - Y_\pi` (mean energy over the permutations
+    :math:`\pi`): if its slope is that of :math:`f_0 - Y`, the residual's slope is set by
+    :math:`f_0` and says nothing about the labels."""
     lam, vecs = kernel_eigh(kernel)
-    residual = f0.to(torch.float64) - targets
+    f0 = f0.to(torch.float64)
+    targets = targets.to(torch.float64)
+    residual = f0 - targets
     e_label = projections(vecs, targets)
     e_perm = permuted_projections(vecs, targets, n_permutations=n_permutations, generator=generator)
     e_res = projections(vecs, residual)
@@ -422,17 +498,95 @@ def measure_alignment(
             lam, e, relative_range=relative_range, bins=bins, n_boot=n_boot, generator=generator
         )
 
+    label, permuted, res = fit(e_label), fit(e_perm), fit(e_res)
+    # the residual's control: f_0 - Y_pi, mean energy over permutations pi
+    n = int(targets.shape[0])
+    e_perm_res = torch.zeros_like(e_res)
+    for _ in range(n_permutations):
+        pi = torch.randperm(n, generator=generator)
+        e_perm_res += projections(vecs, f0 - targets[pi])
+    e_perm_res /= n_permutations
+    controls = {
+        name: fit(projections(vecs, y))
+        for name, y in control_targets(lam, vecs, int(targets.shape[1]), generator).items()
+    }
+    raw = targets - targets.min()  # centered one-hot labels [y=c] - 1/C back to one-hot
     return AlignmentMeasurement(
         eigenvalues=lam,
-        label=fit(e_label),
-        permuted=fit(e_perm),
-        residual=fit(e_res),
+        label=label,
+        permuted=permuted,
+        residual=res,
         label_energy=e_label,
         permuted_energy=e_perm,
         residual_energy=e_res,
         top_share=top_energy_share(e_label, min(top_k, int(lam.shape[0]))),
-        f0_std=float(f0.to(torch.float64).std()),
+        f0_std=float(f0.std()),
+        permuted_residual=fit(e_perm_res),
+        f0=fit(projections(vecs, f0)) if bool(f0.any()) else None,  # None: f_0 = 0
+        f0_label_energy_ratio=float((f0**2).sum() / (targets**2).sum()),
+        controls=controls,
+        variants={
+            "raw_onehot": fit(projections(vecs, raw)).slope,
+            "unbinned": _unbinned_slope(lam, e_label, relative_range),
+            "groups": _grouped_slope(lam, e_label, relative_range, GROUP_SIZE),
+        },
     )
+
+
+def control_targets(
+    eigenvalues: Tensor, eigenvectors: Tensor, columns: int, generator: torch.Generator
+) -> dict[str, Tensor]:
+    """The controls' targets on one spectrum, ``name -> (n, columns)`` (float64).
+
+    - ``"kernel"``: :math:`Y = K A = V \\Lambda V^\top A`, :math:`A_{ic} \\sim N(0, 1)`:
+      :math:`\\|v_i^\top Y\\|^2 = \\lambda_i^2 \\|v_i^\top A\\|^2`, expected slope 2;
+    - ``"gaussian"``: :math:`Y = V \\Lambda^{1/2} Z` (:math:`Y \\sim N(0, K)` per column),
+      :math:`\\|v_i^\top Y\\|^2 = \\lambda_i \\|z_i\\|^2`, expected slope 1;
+    - ``"noise"``: :math:`Y_{ic} \\sim N(0, 1)`, expected slope 0.
+
+    Eigenvalues below 0 (rounding) are taken as 0."""
+    lam = eigenvalues.to(torch.float64).clamp_min(0.0)
+    vecs = eigenvectors.to(torch.float64)
+    n = int(vecs.shape[0])
+    draw = [torch.randn(n, columns, generator=generator, dtype=torch.float64) for _ in range(3)]
+    return {
+        "kernel": vecs @ (lam[:, None] * (vecs.T @ draw[0])),
+        "gaussian": vecs @ (lam.sqrt()[:, None] * draw[1]),
+        "noise": draw[2],
+    }
+
+
+def _grouped_slope(
+    eigenvalues: Tensor, energies: Tensor, relative_range: tuple[float, float], group: int
+) -> float:
+    r"""Least-squares log-log slope of the mean energy on the mean eigenvalue of consecutive
+    groups of ``group`` eigenpairs in ``relative_range`` x :math:`\lambda_1` (equal counts
+    instead of equal log-widths; NaN with fewer than three groups)."""
+    lam = eigenvalues.to(torch.float64).cpu().numpy()
+    e = energies.to(torch.float64).cpu().numpy()
+    low, high = relative_range[0] * lam[0], relative_range[1] * lam[0]
+    keep = (lam >= low) & (lam <= high) & (lam > 0)
+    lam, e = lam[keep], e[keep]
+    count = lam.size // group
+    if count < 3:
+        return float("nan")
+    mean_lam = lam[: count * group].reshape(count, group).mean(1)
+    mean_e = e[: count * group].reshape(count, group).mean(1)
+    return float(fit_power_law(mean_lam, mean_e).slope)
+
+
+def _unbinned_slope(
+    eigenvalues: Tensor, energies: Tensor, relative_range: tuple[float, float]
+) -> float:
+    r"""Least-squares slope of :math:`\log e_i` on :math:`\log \lambda_i` over the single
+    eigenpairs in ``relative_range`` x :math:`\lambda_1` (no bins; zero energies dropped)."""
+    lam = eigenvalues.to(torch.float64).cpu().numpy()
+    e = energies.to(torch.float64).cpu().numpy()
+    low, high = relative_range[0] * lam[0], relative_range[1] * lam[0]
+    keep = (lam >= low) & (lam <= high) & (lam > 0) & (e > 0)
+    if keep.sum() < 3:
+        return float("nan")
+    return float(fit_power_law(lam[keep], e[keep]).slope)
 
 
 def _range_note(fit: AlignmentSlope) -> str:
@@ -449,6 +603,13 @@ def _predictions(config: LabelAlignmentConfig) -> tuple[str, str]:
         return f">= {CHANCE_LABEL_MIN} (paper: 2)", f"[{lo}, {hi}] (paper: 1)"
     (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
     return f"[{l_lo}, {l_hi}] (paper: 2)", f"[{lo}, {hi}] (paper: 1)"
+
+
+_CONTROL_NOTES = {
+    "kernel": "control: labels Y = K A on this spectrum (known slope 2)",
+    "gaussian": "control: labels Y ~ N(0, K) on this spectrum (known slope 1)",
+    "noise": "control: white-noise labels (known slope 0)",
+}
 
 
 def _network_metrics(
@@ -478,10 +639,11 @@ def _network_metrics(
     Returns
     -------
     list of Metric
-        Eight metrics, in the order the claim's table shows them.
+        Up to eighteen metrics, in the order the claim's table shows them (the variants that
+        cannot be fitted on the grid are left out).
     """
     label_pred, res_pred = _predictions(config)
-    return [
+    metrics = [
         Metric(
             f"label_slope[{name}]",
             m.label.slope,
@@ -517,6 +679,55 @@ def _network_metrics(
             m.f0_std,
             note=f"std of the initial outputs f_0 (NTK parameterization); labels' std {y_std:.3f}",
         ),
+        Metric(
+            f"permuted_residual_slope[{name}]",
+            m.permuted_residual.slope,
+            m.permuted_residual.ci_low,
+            m.permuted_residual.ci_high,
+            predicted=f"outside the interval of residual_slope[{name}]",
+            note=(
+                "residual f_0 - Y_pi with permuted labels (mean energy over "
+                f"{config.n_permutations} shuffles): the residual's control"
+            ),
+        ),
+        Metric(
+            f"f0_slope[{name}]",
+            math.nan if m.f0 is None else m.f0.slope,
+            None if m.f0 is None else m.f0.ci_low,
+            None if m.f0 is None else m.f0.ci_high,
+            note="slope of the initial output f_0 alone (no labels; left out when f_0 = 0)",
+        ),
+        Metric(
+            f"f0_label_energy_ratio[{name}]",
+            m.f0_label_energy_ratio,
+            note="||f_0||^2 / ||Y||^2: how much of the residual's energy is f_0",
+        ),
+        *(
+            Metric(
+                f"control_slope[{name},{control}]",
+                m.controls[control].slope,
+                m.controls[control].ci_low,
+                m.controls[control].ci_high,
+                predicted=f"{known:g} +- {CONTROL_TOL:g}",
+                note=_CONTROL_NOTES[control],
+            )
+            for control, known in CONTROL_SLOPES.items()
+        ),
+        Metric(
+            f"label_slope_raw_onehot[{name}]",
+            m.variants["raw_onehot"],
+            note="label slope with raw (uncentered) one-hot labels, same bins",
+        ),
+        Metric(
+            f"label_slope_unbinned[{name}]",
+            m.variants["unbinned"],
+            note="label slope by least squares over single eigenpairs, no bins",
+        ),
+        Metric(
+            f"label_slope_groups[{name}]",
+            m.variants["groups"],
+            note=f"label slope over groups of {GROUP_SIZE} consecutive eigenpairs",
+        ),
         Metric(f"eigenvalue_max[{name}]", float(m.eigenvalues[0])),
         Metric(f"eigenvalue_min[{name}]", float(m.eigenvalues[-1])),
         Metric(
@@ -525,6 +736,10 @@ def _network_metrics(
             note="decades of eigenvalues spanned by the fitted range",
         ),
     ]
+    # a variant that cannot be fitted on this grid (too few groups or eigenpairs, f_0 = 0)
+    # is left out rather than recorded as NaN
+    optional = ("f0_slope[", "label_slope_groups[", "label_slope_unbinned[")
+    return [m for m in metrics if m.finite or not m.name.startswith(optional)]
 
 
 def _network_arrays(name: str, f0: Tensor, m: AlignmentMeasurement) -> dict[str, np.ndarray]:
@@ -552,7 +767,10 @@ def _network_arrays(name: str, f0: Tensor, m: AlignmentMeasurement) -> dict[str,
     out[f"label_energy_{name}"] = m.label_energy.cpu().numpy()
     out[f"permuted_energy_{name}"] = m.permuted_energy.cpu().numpy()
     out[f"residual_energy_{name}"] = m.residual_energy.cpu().numpy()
-    for kind, fit in zip(_FITS, (m.label, m.permuted, m.residual), strict=True):
+    fits = (m.label, m.permuted, m.residual, m.permuted_residual, m.f0)
+    for kind, fit in zip(_FITS, fits, strict=True):
+        if fit is None:
+            continue
         out[f"{kind}_bin_centers_{name}"] = fit.bins.centers.cpu().numpy()
         out[f"{kind}_bin_energy_{name}"] = fit.bins.mean_energy.cpu().numpy()
         out[f"{kind}_fit_{name}"] = np.array([fit.slope, fit.intercept])
@@ -567,6 +785,9 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
         config.dataset, config.data_root, config.n_train, ctx.generator("data"), dtype
     )
     budget = config.max_memory_mb * 2**20
+    if config.labels == "permuted":
+        shuffle = torch.randperm(int(data.targets.shape[0]), generator=ctx.generator("labels"))
+        data = replace(data, labels=data.labels[shuffle], targets=data.targets[shuffle])
     y_std = float(data.targets.std())
     metrics: list[Metric] = []
     arrays: dict[str, np.ndarray] = {
@@ -608,13 +829,16 @@ def measure(config: LabelAlignmentConfig, ctx: RunContext) -> Measurement:
     notes = (
         f"targets: centered one-hot labels (std {y_std:.3f}); residual r_0 = f_0 - Y with f_0 "
         "the network's own random initial output (std reported as f0_std)",
+        "assumptions: the NTK at initialization (not during training), the labels as given "
+        "(centered one-hot), the slope fitted over the stated eigenvalue range only",
         f"fit range: eigenvalues in {config.relative_range} x lambda_1, {config.bins} log bins",
     )
     return Measurement(
         metrics=tuple(metrics),
         arrays=arrays,
         notes=notes,
-        dataset=f"{data.source}, seed {ctx.seed}",
+        dataset=f"{data.source}, seed {ctx.seed}"
+        + (", labels permuted (control run)" if config.labels == "permuted" else ""),
     )
 
 
@@ -626,18 +850,47 @@ def _architecture_text(config: LabelAlignmentConfig) -> str:
     return " and ".join(parts[name] for name in config.networks)
 
 
+def _intervals_overlap(a: Metric, b: Metric) -> bool:
+    """Whether the slopes' intervals (the bootstrap or OLS intervals recorded with them)
+    overlap; a missing interval is the point itself."""
+    a_lo, a_hi = (a.value, a.value) if a.ci_low is None else (a.ci_low, a.ci_high or a.value)
+    b_lo, b_hi = (b.value, b.value) if b.ci_low is None else (b.ci_low, b.ci_high or b.value)
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def control_failures(config: LabelAlignmentConfig, metrics: Metrics) -> tuple[str, ...]:
+    """One line per control of :data:`CONTROL_SLOPES` whose slope is farther than
+    :data:`CONTROL_TOL` from the known one, for every network."""
+    failed = []
+    for name in config.networks:
+        for control, known in CONTROL_SLOPES.items():
+            slope = metrics[f"control_slope[{name},{control}]"].value
+            if not abs(slope - known) <= CONTROL_TOL:
+                failed.append(
+                    f"{name}: {control} control slope {slope:.3f}, known {known:g} "
+                    f"(tolerance {CONTROL_TOL:g})"
+                )
+    return tuple(failed)
+
+
 def judge(config: LabelAlignmentConfig, metrics: Metrics) -> Judgement:
-    """``criterion="chance"``: label slope >= :data:`CHANCE_LABEL_MIN`, \\|permuted slope\\| <=
+    r"""``criterion="chance"``: label slope >= :data:`CHANCE_LABEL_MIN`, \|permuted slope\| <=
     ``permuted_tolerance``, top-``top_k`` share >= :data:`CHANCE_SHARE_MIN`, residual slope in
     :data:`CHANCE_RESIDUAL`; ``criterion="seed"``: label slope in :data:`PAPER_LABEL`,
-    residual slope in :data:`PAPER_RESIDUAL`; for every network."""
+    residual slope in :data:`PAPER_RESIDUAL`; for every network, and under both criteria the
+    residual's slope must differ from its permuted-label control (their intervals do not
+    overlap), else it says nothing about the labels. A control of :data:`CONTROL_SLOPES`
+    farther than :data:`CONTROL_TOL` from its known slope makes the run an ERROR."""
     checks: list[bool] = []
     parts: list[str] = []
     for name in config.networks:
         label = metrics[f"label_slope[{name}]"].value
         permuted = metrics[f"permuted_label_slope[{name}]"].value
         share = metrics[f"top{config.top_k}_label_energy[{name}]"].value
-        residual = metrics[f"residual_slope[{name}]"].value
+        residual_metric = metrics[f"residual_slope[{name}]"]
+        residual = residual_metric.value
+        control = metrics[f"permuted_residual_slope[{name}]"]
+        label_driven = not _intervals_overlap(residual_metric, control)
         decades = metrics[f"fit_decades[{name}]"].value
         if config.criterion == "chance":
             lo, hi = CHANCE_RESIDUAL
@@ -650,10 +903,12 @@ def judge(config: LabelAlignmentConfig, metrics: Metrics) -> Judgement:
         else:
             (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
             checks += [l_lo <= label <= l_hi, lo <= residual <= hi]
+        checks.append(label_driven)
         parts.append(
             f"{name}: label slope {label:.2f} (paper: 2), permuted {permuted:.2f}, "
-            f"top-{config.top_k} share {share:.2f}, residual slope {residual:.2f} (paper: 1) "
-            f"over {decades:.1f} decades"
+            f"top-{config.top_k} share {share:.2f}, residual slope {residual:.2f} (paper: 1; "
+            f"permuted-label residual {control.value:.2f}, "
+            f"{'distinct' if label_driven else 'not distinct'}) over {decades:.1f} decades"
         )
     low, high = config.relative_range
     grid = (
@@ -672,10 +927,15 @@ def judge(config: LabelAlignmentConfig, metrics: Metrics) -> Judgement:
     else:
         (l_lo, l_hi), (lo, hi) = PAPER_LABEL, PAPER_RESIDUAL
         rule = f"label slope in [{l_lo}, {l_hi}] and residual slope in [{lo}, {hi}]"
+    rule += (
+        ", the residual slope's interval apart from its permuted-label control's; controls "
+        f"(labels K A, N(0, K), white noise) within {CONTROL_TOL:g} of slopes 2, 1, 0"
+    )
     return Judgement(
         passed=all(checks),
         summary=f"{_TITLES[config.dataset]}: " + "; ".join(parts),
         criterion=f"{grid}: for every network, {rule}",
+        controls_failed=control_failures(config, metrics),
     )
 
 
@@ -731,11 +991,23 @@ EXPERIMENT = register(
         criterion=(
             "digits (quick): for an MLP and a small CNN, binned log-log label slope >= 0.8 "
             "with the permuted-label slope near 0, top-100 share of ||y||^2 >= 75%, residual "
-            "slope (random nonzero f_0) in [0.8, 1.5]; Fashion-MNIST, 10,000 class-balanced "
-            "training images (paper scale, CIFAR-10 not available): label slope in "
-            "[1.6, 2.4] and residual slope in [0.7, 1.3]"
+            "slope (random nonzero f_0) in [0.8, 1.5] (ntklab's own bounds for alignment "
+            "beyond chance); Fashion-MNIST, 10,000 class-balanced training images (paper "
+            "scale, CIFAR-10 not available): the paper's slopes 2 and 1 within ntklab's "
+            "bands, label slope in [1.6, 2.4] and residual slope in [0.7, 1.3]; at both "
+            "scales the residual slope apart from its permuted-label control, and the "
+            "controls (labels K a, N(0, K), white noise) at slopes 2, 1, 0 within 0.1 "
+            "(else ERROR)"
         ),
-        reported="label slope 2 and residual slope 1 on CIFAR-10 for MLPs and CNNs",
+        reported=(
+            "label slope 2 and residual slope 1 on CIFAR-10 for MLPs and CNNs (the paper's "
+            "scaling laws, its experiments on CIFAR-10)"
+        ),
+        criterion_change=(
+            "2026-12-04: the residual half is judged against its permuted-label control (with "
+            "permuted labels the residual slope stayed inside the fixed band), and controls of "
+            "known slope 2, 1, 0 guard the estimator"
+        ),
         headline=(
             "label_slope[mlp]",
             "label_slope[cnn]",

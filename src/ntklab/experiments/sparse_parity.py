@@ -1,13 +1,35 @@
 """A5 ``sparse-parity``: on a compositional target (a sparse parity) an SGD-trained network
-beats the NTK by orders of magnitude (Barak et al. 2022, arXiv:2207.08799).
+learns what NTK regression cannot.
 
-Claim: inputs uniform on :math:`\\{-1, 1\\}^d`, label :math:`y = \\prod_{i \\in S} x_i` with
-:math:`|S| = k`. A two-layer ReLU network trained by SGD at the settings of Barak et al. 2022
-(width 1000, learning rate 0.1, batch 32, weight decay 0.01, hinge loss) reaches a test MSE at
-least :math:`10^3` (quick) / :math:`10^4` (paper) times lower than NTK regression on the same
-samples, whose test MSE stays :math:`\\ge 0.9\\,\\mathrm{Var}(y)` at ``n = 1000``: a kernel
-of a rotation-invariant architecture needs of the order of :math:`d^k` samples for a degree-
-``k`` parity (Ghorbani et al. 2021, arXiv:1904.12191).
+Claim (Ganguli & Constantinescu 2026, "A Function-Space Dichotomy for Compositional Learning:
+Exponential Sub-Optimality of the Neural Tangent Kernel", numerical section, "compositional
+targets"): inputs uniform on :math:`\\{-1, 1\\}^d`, label
+:math:`y = \\prod_{i \\in S} x_i` with :math:`|S| = k`; a standard two-layer network trained
+by SGD learns the parity while the NTK "stays at the bottom, guessing at random whatever the
+data". The network's settings are those of Barak et al. 2022 (arXiv:2207.08799, "Hidden
+progress in deep learning: SGD learns parities near the computational limit"; width 1000,
+learning rate 0.1, batch 32, weight decay 0.01, hinge loss), who report that such networks
+reach near-perfect test accuracy on sparse parities. A kernel of a rotation-invariant
+architecture needs of the order of :math:`d^k` samples for a degree-``k`` parity (Ghorbani et
+al. 2021, arXiv:1904.12191), so at ``n = 1000`` with ``d = 20``, ``k = 3`` it is at chance.
+
+The verdict is judged on the **0-1 test error** (the sign of the output against the label),
+which is what "learns the parity" and "guesses at random" mean:
+
+- the network's 0-1 test error at ``criterion_n`` (mean over seeds of the mean of its last
+  ``last_evaluations`` evaluations) at most ``NET_MAX_ERROR = 0.05``: ntklab's own reading of
+  Barak et al.'s "near-perfect accuracy" (they give no threshold);
+- the NTK's 0-1 test error at ``criterion_n`` (mean over seeds) at least
+  ``NTK_MIN_ERROR = 0.4`` (chance is 0.5): ntklab's own reading of "at chance";
+- NTK test MSE at least ``NTK_FLOOR = 0.9`` Var(y): ntklab's own bound, from Ghorbani et
+  al.'s :math:`n \\sim d^k` (the NTK's MSE only falls once ``n`` is of that order);
+- no network run diverged.
+
+The NTK / network test-MSE ratio and the network's MSE are **reported, not judged**: the
+paper's "four to six orders of magnitude" (Ganguli & Constantinescu 2026; not a figure of
+Barak et al. 2022) is such a ratio, but with the NTK at chance the ratio is 1 / (network
+MSE), and that MSE is the equilibrium of hinge loss with weight decay, not a property of the
+claim: halving the weight decay moved the ratio from 5.99e3 to 7.8e4 in an audit run.
 
 Data, computation, measurement, verdict, figure:
 
@@ -18,17 +40,31 @@ Data, computation, measurement, verdict, figure:
    points, ridge chosen by exact leave-one-out (:func:`~ntklab.dynamics.select_ridge_loo`);
 3. the network: ``arch.to_torch(width, parameterization="standard")`` trained by
    :func:`~ntklab.nets.train` (minibatch SGD, hinge loss, weight decay) on the same points;
-   its test MSE is evaluated every ``eval_every`` steps and averaged over the last
-   ``last_evaluations`` of them (not the best one);
-4. both methods' outputs are clipped to [-1, 1] before the test MSE; the ratio NTK / network
-   per seed, geometric mean over seeds, at ``n = criterion_n``; PASS when it is at least
-   ``min_ratio``, the NTK's test MSE (mean over seeds) at least ``ntk_floor`` Var(y) and no
-   network run diverged;
-5. figure: both methods' test MSE against ``n``, and the network's test MSE during SGD.
+   its test MSE and 0-1 error are evaluated every ``eval_every`` steps and averaged over the
+   last ``last_evaluations`` of them (not the best one);
+4. both methods' outputs are clipped to [-1, 1] before the test MSE; the 0-1 error counts an
+   output of exactly 0 as an error; the criterion above at ``n = criterion_n``;
+5. figure: both methods' 0-1 test error and test MSE against ``n``, and the network's test
+   MSE during SGD.
+
+Audit (issue "verdicts that test the claim"):
+
+- wrong kernel (the analytic NTK replaced by 1.5 NTK + 0.5 NNGP): the verdict still PASSes
+  (quick scale, 2026-12-04: NTK 0-1 error 0.50, network 0), as it should: the NNGP of the
+  same rotation-invariant architecture needs as many samples (the claim holds for every such
+  kernel); the test suite catches the mutation: the tiny run's NTK test MSE is compared
+  with an independent NumPy evaluation of the ReLU NTK's closed form (arc-cosine kernels,
+  Cho & Saul 2009);
+- permuted labels (reasoned, not run): the network can no longer generalize (0-1 test error
+  near 0.5): FAIL, as it should;
+- a baseline set up to lose (a network that does not learn, e.g. too few steps; reasoned,
+  not run): its 0-1 error stays near chance: FAIL. The verdict no longer moves with the
+  weight decay (the test suite runs a small judged configuration at ``weight_decay`` and at
+  half of it: PASS both times).
 
 Paper scale (``n`` up to 8000, 5 seeds, 20000 test points, width 1000, 20000 SGD steps,
 float64 kernels) measured 54 minutes on the project's 2-core x86_64 machine shared with other
-jobs (2026-12-02, ``results/paper/sparse-parity.json``): six NTK
+jobs (2026-12-02, ``results/paper/sparse-parity.json``, the MSE-ratio criterion): six NTK
 fits per seed with exact leave-one-out ridges (an 8000 x 8000 eigendecomposition at the
 largest ``n``, 11-13 GB) and 30 network runs.
 """
@@ -65,25 +101,43 @@ from . import (
 from .spectrum_s1 import relu_network
 
 __all__ = [
-    "MIN_RATIO",
+    "NET_MAX_ERROR",
     "NTK_FLOOR",
+    "NTK_MIN_ERROR",
     "SparseParityConfig",
     "draw",
     "judge",
     "measure",
     "network_test_mse",
     "ntk_test_mse",
+    "zero_one_error",
 ]
 
-#: NTK / network clipped test MSE at ``criterion_n`` must be at least this (quick scale;
-#: the paper scale asks 1e4).
-MIN_RATIO = 1e3
-#: NTK test MSE at ``criterion_n`` must be at least this fraction of Var(y).
+#: The network's 0-1 test error at ``criterion_n`` must be at most this. ntklab's own bound
+#: on "near-perfect accuracy" (Barak et al. 2022 report it for SGD on sparse parities).
+NET_MAX_ERROR = 0.05
+#: The NTK's 0-1 test error at ``criterion_n`` must be at least this (chance: 0.5). ntklab's
+#: own bound on "at chance" (Ganguli & Constantinescu 2026, numerical section).
+NTK_MIN_ERROR = 0.4
+#: NTK test MSE at ``criterion_n`` must be at least this fraction of Var(y). ntklab's own
+#: bound, after Ghorbani et al. 2021 (a kernel needs of the order of d^k samples).
 NTK_FLOOR = 0.9
 #: Var(y) of a parity of k >= 1 coordinates, uniform on {-1, 1}.
 VAR_Y = 1.0
 #: An exactly zero network MSE makes the ratio infinite: it is floored at float32 resolution.
 MSE_FLOOR = float(np.finfo(np.float32).eps) ** 2
+
+
+def zero_one_error(output: Tensor, y: Tensor) -> float:
+    """Fraction of points whose output's sign is not the label's: :math:`\\text{mean}(f y
+    \\le 0)` (an output of exactly 0 is an error).
+
+    Parameters
+    ----------
+    output, y : Tensor of shape (n,)
+        Predictions and labels in :math:`\\{-1, 1\\}`.
+    """
+    return float((output * y <= 0).double().mean())
 
 
 class SparseParityConfig(ExperimentConfig):
@@ -111,8 +165,10 @@ class SparseParityConfig(ExperimentConfig):
         mean of the last ``last_evaluations`` of them (at most the number of evaluations).
     ridges : tuple of float
         Candidate ridges of the NTK relative to its mean diagonal (> 0).
-    min_ratio : float
-        Criterion: NTK / network test MSE at ``criterion_n`` at least this (> 0).
+    net_max_error : float
+        Criterion: the network's 0-1 test error at ``criterion_n`` at most this, in [0, 1].
+    ntk_min_error : float
+        Criterion: the NTK's 0-1 test error at ``criterion_n`` at least this, in [0, 1].
     ntk_floor : float
         Criterion: NTK test MSE at least ``ntk_floor`` Var(y) (>= 0).
     """
@@ -136,7 +192,8 @@ class SparseParityConfig(ExperimentConfig):
     ridges: tuple[PositiveFloat, ...] = Field(
         default=tuple(10.0 ** (e / 2) for e in range(-12, 5)), min_length=1
     )
-    min_ratio: PositiveFloat = MIN_RATIO
+    net_max_error: float = Field(default=NET_MAX_ERROR, ge=0.0, le=1.0, allow_inf_nan=False)
+    ntk_min_error: float = Field(default=NTK_MIN_ERROR, ge=0.0, le=1.0, allow_inf_nan=False)
     ntk_floor: float = Field(default=NTK_FLOOR, ge=0.0, allow_inf_nan=False)
 
     @model_validator(mode="after")
@@ -180,9 +237,9 @@ def _name(metric: str, n: int) -> str:
 
 def ntk_test_mse(
     config: SparseParityConfig, x: Tensor, y: Tensor, x_test: Tensor, y_test: Tensor
-) -> tuple[float, float]:
-    """Clipped test MSE of NTK regression with the leave-one-out ridge, and that ridge
-    relative to the mean diagonal."""
+) -> tuple[float, float, float]:
+    """Clipped test MSE of NTK regression with the leave-one-out ridge, that ridge relative
+    to the mean diagonal, and the 0-1 test error."""
     arch = relu_network(1, config.w_std, config.b_std)
     xd, xtd = x.double(), x_test.double()
     with torch.no_grad():
@@ -194,7 +251,8 @@ def ntk_test_mse(
     with torch.no_grad():
         k_test = arch.kernel(xtd, xd).ntk
     pred = kernel_ridge_regression(k, yd, k_test, ridge=sel.ridge).clamp(-1.0, 1.0)
-    return float((pred - y_test.double()).square().mean()), sel.ridge / scale
+    yt = y_test.double()
+    return float((pred - yt).square().mean()), sel.ridge / scale, zero_one_error(pred, yt)
 
 
 def network_test_mse(
@@ -204,21 +262,24 @@ def network_test_mse(
     x_test: Tensor,
     y_test: Tensor,
     gen: torch.Generator,
-) -> tuple[float, np.ndarray, np.ndarray, bool]:
-    """Train the network; returns the clipped test MSE averaged over the last evaluations,
-    the evaluated steps and test MSEs, and whether training diverged."""
+) -> tuple[float, float, np.ndarray, np.ndarray, bool]:
+    """Train the network; returns the clipped test MSE and the 0-1 test error, each averaged
+    over the last evaluations, the evaluated steps and test MSEs, and whether training
+    diverged."""
     arch = relu_network(1, config.w_std, config.b_std)
     net = arch.to_torch(
         config.width, in_features=config.dim, parameterization="standard", generator=gen
     )
     steps: list[int] = []
     curve: list[float] = []
+    errors: list[float] = []
 
     def evaluate(step: int, record: object) -> None:
         with torch.no_grad():
             out = net(x_test)[:, 0].clamp(-1.0, 1.0)
         steps.append(step)
         curve.append(float((out - y_test).square().mean()))
+        errors.append(zero_one_error(out, y_test))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericalWarning)
@@ -235,9 +296,10 @@ def network_test_mse(
             generator=gen,
             callback=evaluate,
         )
-    tail = curve[-config.last_evaluations :]
-    value = float(np.mean(tail)) if not run.diverged else math.nan
-    return value, np.array(steps), np.array(curve), run.diverged
+    last = config.last_evaluations
+    value = float(np.mean(curve[-last:])) if not run.diverged else math.nan
+    error = float(np.mean(errors[-last:])) if not run.diverged else math.nan
+    return value, error, np.array(steps), np.array(curve), run.diverged
 
 
 def _geomean(values: np.ndarray, axis: int | None = None) -> Any:
@@ -249,11 +311,13 @@ def _grid_metrics(
     *,
     ntk: np.ndarray,
     net: np.ndarray,
+    ntk_error: np.ndarray,
+    net_error: np.ndarray,
     ridges: np.ndarray,
     diverged: np.ndarray,
 ) -> list[Metric]:
-    """The metrics of the grid: the criterion's figures at ``criterion_n``, the diverged runs,
-    and the NTK / network ratio at every ``n``.
+    """The metrics of the grid: the criterion's figures at ``criterion_n``, the reported MSE
+    ratio and network MSE, the diverged runs, and the NTK / network ratio at every ``n``.
 
     The ratio of a seed is :math:`\\text{MSE}_{NTK} / \\max(\\text{MSE}_{net}, \\epsilon)`
     with :math:`\\epsilon` = ``MSE_FLOOR``; the reported ratio is its geometric mean over seeds.
@@ -262,17 +326,17 @@ def _grid_metrics(
     ----------
     config : SparseParityConfig
         The run's config.
-    ntk, net, ridges : numpy.ndarray
-        Clipped test MSEs of the NTK and of the network, and the NTK's chosen ridge relative
-        to its mean diagonal, each of shape ``(seeds, len(ns))``.
+    ntk, net, ntk_error, net_error, ridges : numpy.ndarray
+        Clipped test MSEs and 0-1 test errors of the NTK and of the network, and the NTK's
+        chosen ridge relative to its mean diagonal, each of shape ``(seeds, len(ns))``.
     diverged : numpy.ndarray
         1 where the network's loss became non-finite, shape ``(seeds, len(ns))``.
 
     Returns
     -------
     list of Metric
-        ``mse_ratio``, ``ntk_mse_over_var`` and ``net_mse`` at ``criterion_n``,
-        ``diverged_runs``, then ``ratio[n=N]`` per size.
+        ``net_error``, ``ntk_error``, ``ntk_mse_over_var``, ``mse_ratio`` and ``net_mse`` at
+        ``criterion_n``, ``diverged_runs``, then ``ratio[n=N]`` per size.
     """
     ns = list(config.ns)
     geo = _geomean(ntk / np.maximum(net, MSE_FLOOR), axis=0)  # per n
@@ -280,10 +344,17 @@ def _grid_metrics(
     n_at = config.criterion_n
     metrics: list[Metric] = [
         Metric(
-            _name("mse_ratio", n_at),
-            float(geo[j]),
-            predicted=f">= {config.min_ratio:g}",
-            note=f"NTK / network clipped test MSE, geometric mean over {config.seeds} seeds",
+            _name("net_error", n_at),
+            float(net_error[:, j].mean()),
+            predicted=f"<= {config.net_max_error:g}",
+            note=f"network 0-1 test error, mean of the last {config.last_evaluations} "
+            f"evaluations, mean over {config.seeds} seeds",
+        ),
+        Metric(
+            _name("ntk_error", n_at),
+            float(ntk_error[:, j].mean()),
+            predicted=f">= {config.ntk_min_error:g}",
+            note="NTK 0-1 test error, mean over seeds (chance: 0.5)",
         ),
         Metric(
             _name("ntk_mse_over_var", n_at),
@@ -292,10 +363,17 @@ def _grid_metrics(
             note="mean over seeds; it only falls once n ~ d^k",
         ),
         Metric(
+            _name("mse_ratio", n_at),
+            float(geo[j]),
+            note=f"NTK / network clipped test MSE, geometric mean over {config.seeds} seeds; "
+            "reported, not judged (it is 1 / the network's MSE floor)",
+        ),
+        Metric(
             _name("net_mse", n_at),
             float(_geomean(np.maximum(net[:, j], MSE_FLOOR))),
             note=f"mean of the last {config.last_evaluations} evaluations (every "
-            f"{config.eval_every} steps), geometric mean over seeds",
+            f"{config.eval_every} steps), geometric mean over seeds; the equilibrium of the "
+            "loss with weight decay, reported, not judged",
         ),
         Metric(
             "diverged_runs",
@@ -309,28 +387,33 @@ def _grid_metrics(
             Metric(
                 _name("ratio", n),
                 float(geo[i]),
-                note=f"NTK {ntk[:, i].mean():.3g} (ridge/diag {np.median(ridges[:, i]):.2g}), "
-                f"net {net[:, i].mean():.3g}",
+                note=f"NTK {ntk[:, i].mean():.3g} (0-1 error {ntk_error[:, i].mean():.3g}, "
+                f"ridge/diag {np.median(ridges[:, i]):.2g}), net {net[:, i].mean():.3g} "
+                f"(0-1 error {net_error[:, i].mean():.3g})",
             )
         )
     return metrics
 
 
 def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
-    """Clipped test MSE of NTK regression and of the SGD-trained network at every ``n``.
+    """Clipped test MSE and 0-1 test error of NTK regression and of the SGD-trained network at
+    every ``n``.
 
     Returns
     -------
     Measurement
-        ``mse_ratio``, ``ntk_mse_over_var`` and ``net_mse`` at ``criterion_n``, the number of
-        diverged network runs, and ``ratio[n=N]`` per size; arrays ``n_grid``, ``ntk_mse``,
-        ``net_mse``, ``ratios``, ``ntk_ridge`` (shape ``(seeds, len(ns))``), ``diverged``
-        and the network's test curves ``net_curve_seed<s>_n<N>`` (steps, MSE).
+        ``net_error``, ``ntk_error``, ``ntk_mse_over_var``, ``mse_ratio`` and ``net_mse`` at
+        ``criterion_n``, the number of diverged network runs, and ``ratio[n=N]`` per size;
+        arrays ``n_grid``, ``ntk_mse``, ``net_mse``, ``ntk_error``, ``net_error``, ``ratios``,
+        ``ntk_ridge`` (shape ``(seeds, len(ns))``), ``diverged`` and the network's test
+        curves ``net_curve_seed<s>_n<N>`` (steps, MSE).
     """
     ns = list(config.ns)
     n_max = ns[-1]
     ntk = np.zeros((config.seeds, len(ns)))
     net = np.zeros_like(ntk)
+    ntk_error = np.zeros_like(ntk)
+    net_error = np.zeros_like(ntk)
     ridges = np.zeros_like(ntk)
     diverged = np.zeros((config.seeds, len(ns)), dtype=np.int64)
     curves: dict[str, np.ndarray] = {}
@@ -343,25 +426,39 @@ def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
         y_all, y_test = parity(x_all), parity(x_test)
         for i, n in enumerate(ns):
             x, y = x_all[:n], y_all[:n]
-            ntk[seed, i], ridges[seed, i] = ntk_test_mse(config, x, y, x_test, y_test)
-            value, steps, curve, bad = network_test_mse(
+            ntk[seed, i], ridges[seed, i], ntk_error[seed, i] = ntk_test_mse(
+                config, x, y, x_test, y_test
+            )
+            value, error, steps, curve, bad = network_test_mse(
                 config, x, y, x_test, y_test, ctx.generator(f"net{seed}-n{n}")
             )
             diverged[seed, i] = int(bad)
             net[seed, i] = value
+            net_error[seed, i] = error
             curves[f"net_curve_seed{seed}_n{n}"] = np.stack([steps, curve])
             ctx.progress(
                 (seed * len(ns) + i + 1) / jobs,
-                f"seed {seed}, n={n}: NTK {ntk[seed, i]:.3g}, net {value:.3g}",
+                f"seed {seed}, n={n}: NTK {ntk[seed, i]:.3g} ({ntk_error[seed, i]:.2f}), net "
+                f"{value:.3g} ({error:.2f})",
             )
     ratios = ntk / np.maximum(net, MSE_FLOOR)
-    metrics = _grid_metrics(config, ntk=ntk, net=net, ridges=ridges, diverged=diverged)
+    metrics = _grid_metrics(
+        config,
+        ntk=ntk,
+        net=net,
+        ntk_error=ntk_error,
+        net_error=net_error,
+        ridges=ridges,
+        diverged=diverged,
+    )
     return Measurement(
         metrics=tuple(metrics),
         arrays={
             "n_grid": np.array(ns, dtype=np.float64),
             "ntk_mse": ntk,
             "net_mse": net,
+            "ntk_error": ntk_error,
+            "net_error": net_error,
             "ratios": ratios,
             "ntk_ridge": ridges,
             "diverged": diverged,
@@ -371,46 +468,68 @@ def measure(config: SparseParityConfig, ctx: RunContext) -> Measurement:
             f"network: width {config.width}, standard parameterization, SGD lr "
             f"{config.learning_rate}, batch {config.batch_size}, weight decay "
             f"{config.weight_decay}, {config.loss} loss, {config.t} steps",
-            "both methods' outputs clipped to [-1, 1] before the test MSE",
+            "0-1 test error: sign of the output against the label; test MSE: both methods' "
+            "outputs clipped to [-1, 1]",
         ),
     )
 
 
 def judge(config: SparseParityConfig, metrics: Metrics) -> Judgement:
-    """PASS when, at ``criterion_n``, NTK / network test MSE >= ``min_ratio``, NTK test MSE
-    >= ``ntk_floor`` Var(y), and no network run diverged (NaN fails)."""
+    """PASS when, at ``criterion_n``, the network's 0-1 test error is at most
+    ``net_max_error``, the NTK's at least ``ntk_min_error``, NTK test MSE at least
+    ``ntk_floor`` Var(y), and no network run diverged (NaN fails). The MSE ratio is
+    reported, not judged."""
     n_at = config.criterion_n
-    ratio = metrics[_name("mse_ratio", n_at)].value
+    net_error = metrics[_name("net_error", n_at)].value
+    ntk_error = metrics[_name("ntk_error", n_at)].value
     ntk = metrics[_name("ntk_mse_over_var", n_at)].value
-    net = metrics[_name("net_mse", n_at)].value
+    ratio = metrics[_name("mse_ratio", n_at)].value
     diverged = metrics["diverged_runs"].value
-    ratio_ok = ratio >= config.min_ratio
+    net_ok = net_error <= config.net_max_error
+    chance = ntk_error >= config.ntk_min_error
     ntk_ok = ntk >= config.ntk_floor
     stable = diverged == 0
     summary = (
-        f"NTK / network test MSE at n={n_at}: {ratio:.3g} (predicted >= {config.min_ratio:g}); "
-        f"NTK test MSE {ntk:.3f} Var(y) (predicted >= {config.ntk_floor:g}); network "
-        f"{net:.2g}" + ("" if stable else f"; {diverged:g} network runs diverged")
+        f"0-1 test error at n={n_at}: network {net_error:.3g} (predicted <= "
+        f"{config.net_max_error:g}), NTK {ntk_error:.3g} (predicted >= "
+        f"{config.ntk_min_error:g}); NTK test MSE {ntk:.3f} Var(y) (predicted >= "
+        f"{config.ntk_floor:g}); MSE ratio {ratio:.3g} (reported)"
+        + ("" if stable else f"; {diverged:g} network runs diverged")
     )
     criterion = (
-        f"on a parity of k = {config.k} of d = {config.dim} coordinates, at n = {n_at}: NTK "
-        f"test MSE / network test MSE (outputs clipped to [-1, 1], the network's averaged over "
-        f"its last {config.last_evaluations} evaluations; geometric mean over {config.seeds} "
-        f"seeds) >= {config.min_ratio:g}, NTK test MSE >= {config.ntk_floor:g} Var(y), and no "
-        f"network run diverged"
+        f"on a parity of k = {config.k} of d = {config.dim} coordinates, at n = {n_at}, mean "
+        f"over {config.seeds} seeds: the network's 0-1 test error (averaged over its last "
+        f"{config.last_evaluations} evaluations) <= {config.net_max_error:g}, the NTK's >= "
+        f"{config.ntk_min_error:g}, NTK test MSE >= {config.ntk_floor:g} Var(y), and no "
+        f"network run diverged (ntklab's own bounds on 'near-perfect' and 'at chance')"
     )
-    return Judgement(passed=ratio_ok and ntk_ok and stable, summary=summary, criterion=criterion)
+    return Judgement(
+        passed=net_ok and chance and ntk_ok and stable, summary=summary, criterion=criterion
+    )
 
 
 def draw(
     config: SparseParityConfig, metrics: Metrics, arrays: Mapping[str, Any]
 ) -> dict[str, Figure]:
     """Both methods' test MSE against ``n`` and the network's test MSE during SGD (seed 0)."""
-    fig = Figure(figsize=(11.0, 4.2))
-    ax_n, ax_t = fig.subplots(1, 2)
+    fig = Figure(figsize=(16.0, 4.2))
+    ax_e, ax_n, ax_t = fig.subplots(1, 3)
     n_arr = np.asarray(arrays["n_grid"], dtype=np.float64)
     ntk = np.asarray(arrays["ntk_mse"])
     net = np.asarray(arrays["net_mse"])
+    ax_e.semilogx(n_arr, np.asarray(arrays["ntk_error"]).mean(axis=0), "o-", label="NTK")
+    ax_e.semilogx(
+        n_arr, np.asarray(arrays["net_error"]).mean(axis=0), "s-", label=f"SGD ({config.loss})"
+    )
+    ax_e.axhline(config.net_max_error, color="C1", lw=0.6, ls=":", label="network bound")
+    ax_e.axhline(config.ntk_min_error, color="C0", lw=0.6, ls=":", label="NTK bound")
+    ax_e.set(
+        title=f"sparse parity d={config.dim}, k={config.k}: 0-1 error",
+        xlabel="n (training points)",
+        ylabel="0-1 test error (mean over seeds)",
+        ylim=(-0.02, 0.6),
+    )
+    ax_e.legend(fontsize=7)
     ax_n.loglog(n_arr, ntk.mean(axis=0), "o-", label="NTK regression (LOO ridge)")
     ax_n.loglog(
         n_arr, np.maximum(net, MSE_FLOOR).mean(axis=0), "s-", label=f"SGD network ({config.loss})"
@@ -419,7 +538,7 @@ def draw(
         config.ntk_floor * VAR_Y, color="k", lw=0.6, ls=":", label=f"{config.ntk_floor:g} Var(y)"
     )
     ax_n.set(
-        title=f"sparse parity d={config.dim}, k={config.k}",
+        title=f"sparse parity d={config.dim}, k={config.k}: MSE",
         xlabel="n (training points)",
         ylabel="clipped test MSE (mean over seeds)",
     )
@@ -447,15 +566,23 @@ EXPERIMENT = register(
             "below NTK regression on the same samples, which stays near Var(y)."
         ),
         criterion=(
-            "at n = 1000: NTK test MSE / network test MSE (outputs clipped to [-1, 1], the "
-            "network's averaged over its last evaluations; geometric mean over seeds) >= 1e3 "
-            "(quick) / 1e4 (paper), and NTK test MSE >= 0.9 Var(y)"
+            "at n = 1000, mean over seeds: the network's 0-1 test error (averaged over its "
+            "last evaluations) <= 0.05 and the NTK's >= 0.4 (ntklab's own bounds on "
+            "'near-perfect' and 'at chance'), NTK test MSE >= 0.9 Var(y), no run diverged; "
+            "the MSE ratio is reported, not judged"
+        ),
+        criterion_change=(
+            "2026-12-04: judged on 0-1 test errors (network <= 0.05, NTK >= 0.4) with the NTK's "
+            "MSE >= 0.9 Var(y); the MSE ratio, which is 1 / (network MSE) and set by the weight "
+            "decay, is reported, not judged"
         ),
         reported=(
-            "SGD-trained network reaches 10^4-10^6 x lower test MSE than NTK regression on a "
-            "sparse parity (Barak et al. 2022)"
+            "Ganguli & Constantinescu 2026, numerical section: the NTK stays at chance "
+            "whatever the data while a two-layer network learns the parity, 4-6 orders of "
+            "magnitude lower test error (ntklab reports that ratio, does not judge it); "
+            "Barak et al. 2022: SGD reaches near-perfect accuracy on sparse parities"
         ),
-        headline=("mse_ratio[n=1000]", "ntk_mse_over_var[n=1000]"),
+        headline=("net_error[n=1000]", "ntk_error[n=1000]", "ntk_mse_over_var[n=1000]"),
         dataset="synthetic: 3-sparse parity on {-1,1}^20",
         config_type=SparseParityConfig,
         fixed_dtype="float32",
@@ -471,7 +598,8 @@ EXPERIMENT = register(
                 "t": 200,
                 "eval_every": 50,
                 "last_evaluations": 2,
-                "min_ratio": 1.0,
+                "net_max_error": 1.0,
+                "ntk_min_error": 0.0,
                 "ntk_floor": 0.0,
             },
             "quick": {},
@@ -480,7 +608,6 @@ EXPERIMENT = register(
                 "seeds": 5,
                 "n_test": 20000,
                 "t": 20000,
-                "min_ratio": 1e4,
             },
         },
         measure=measure,
