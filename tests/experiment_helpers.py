@@ -38,7 +38,14 @@ from ntklab.experiments.runner import run_experiment
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["FakeConfig", "fake_experiment", "registered", "relu_kernels_numpy", "run_tiny"]
+__all__ = [
+    "FakeConfig",
+    "fake_experiment",
+    "registered",
+    "relu_kernels_numpy",
+    "relu_ntk_numpy",
+    "run_tiny",
+]
 
 
 @contextmanager
@@ -217,3 +224,8 @@ def relu_kernels_numpy(x1: Any, x2: Any, depth: int, w_std: float, b_std: float)
         k1 = w2 * k1 / 2 + b2
         k2 = w2 * k2 / 2 + b2
     return k, theta_ntk
+
+
+def relu_ntk_numpy(x1: Any, x2: Any, depth: int, w_std: float, b_std: float) -> Any:
+    """The NTK of :func:`relu_kernels_numpy`, shape ``(n1, n2)``."""
+    return relu_kernels_numpy(x1, x2, depth, w_std, b_std)[1]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ntklab.experiments.bandlimited as bl
-from experiment_helpers import run_tiny
+from experiment_helpers import relu_ntk_numpy, run_tiny
 from ntklab.data import random_trig_polynomial, uniform_circle
 from ntklab.dynamics import kernel_ridge_regression
 from ntklab.errors import NtklabValueError
@@ -228,28 +228,6 @@ def _geomean(values: np.ndarray) -> float:
     return float(np.exp(np.log(values).mean()))
 
 
-def relu_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w_std: float, b_std: float) -> np.ndarray:
-    """The NTK of ``depth x [Dense, Relu] + Dense`` (NTK parameterization) in closed form:
-    the arc-cosine kernels of degree 1 and 0 (Cho & Saul 2009) in the recursion of Jacot et
-    al. 2018, written here in NumPy independently of ntklab's kernels."""
-    d = x1.shape[1]
-    q11 = w_std**2 * np.sum(x1 * x1, axis=1) / d + b_std**2
-    q22 = w_std**2 * np.sum(x2 * x2, axis=1) / d + b_std**2
-    q12 = w_std**2 * (x1 @ x2.T) / d + b_std**2
-    theta = q12.copy()
-    for _ in range(depth):
-        norm = np.sqrt(np.outer(q11, q22))
-        cos = np.clip(q12 / norm, -1.0, 1.0)
-        angle = np.arccos(cos)
-        k1 = norm * (np.sin(angle) + (np.pi - angle) * cos) / (2 * np.pi)
-        k0 = (np.pi - angle) / (2 * np.pi)
-        q12 = w_std**2 * k1 + b_std**2
-        theta = q12 + w_std**2 * k0 * theta
-        q11 = w_std**2 * q11 / 2 + b_std**2
-        q22 = w_std**2 * q22 / 2 + b_std**2
-    return theta
-
-
 def test_tiny_ratios_are_the_geometric_means_of_the_recorded_mses(tiny: RunResult) -> None:
     config = BandlimitedConfig.model_validate(tiny.config)
     metrics = {m.name: m for m in tiny.metrics}
@@ -311,8 +289,8 @@ def test_tiny_ntk_mse_against_a_numpy_recomputation(tiny: RunResult) -> None:
     n_fit = n - n_val
     best = (math.inf, math.nan)
     for depth in config.ntk_depths:
-        k = relu_ntk(x.numpy(), x.numpy(), depth, config.w_std, config.b_std)
-        kt = relu_ntk(x_test.numpy(), x.numpy(), depth, config.w_std, config.b_std)[:, :n_fit]
+        k = relu_ntk_numpy(x.numpy(), x.numpy(), depth, config.w_std, config.b_std)
+        kt = relu_ntk_numpy(x_test.numpy(), x.numpy(), depth, config.w_std, config.b_std)[:, :n_fit]
         scale = np.mean(np.diag(k))
         for rel in config.ridges:
             alpha = np.linalg.solve(k[:n_fit, :n_fit] + rel * scale * np.eye(n_fit), y[:n_fit])
@@ -332,7 +310,7 @@ def test_relu_ntk_reference_is_the_analytic_ntk() -> None:
     z = torch.randn(4, 5, generator=gen, dtype=torch.float64)
     for depth in (1, 3):
         arch = relu_network(depth, math.sqrt(2.0), 0.1)
-        expected = relu_ntk(x.numpy(), z.numpy(), depth, math.sqrt(2.0), 0.1)
+        expected = relu_ntk_numpy(x.numpy(), z.numpy(), depth, math.sqrt(2.0), 0.1)
         np.testing.assert_allclose(arch.kernel(x, z).ntk.numpy(), expected, rtol=1e-12)
 
 

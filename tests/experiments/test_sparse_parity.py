@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ntklab.experiments.sparse_parity as sp
-from experiment_helpers import run_tiny
+from experiment_helpers import relu_ntk_numpy, run_tiny
 from ntklab.data import hypercube, random_sparse_parity
 from ntklab.dynamics import kernel_ridge_regression, select_ridge_loo
 from ntklab.errors import NtklabValueError
@@ -203,8 +203,8 @@ def test_tiny_ntk_mse_against_a_numpy_loo_recomputation(tiny: RunResult) -> None
     for i, n in enumerate(config.ns):
         x = x_all[:n].double().numpy()
         y = parity(x_all[:n]).double().numpy()
-        k = relu_ntk(x, x, 1, config.w_std, config.b_std)
-        kt = relu_ntk(x_test.double().numpy(), x, 1, config.w_std, config.b_std)
+        k = relu_ntk_numpy(x, x, 1, config.w_std, config.b_std)
+        kt = relu_ntk_numpy(x_test.double().numpy(), x, 1, config.w_std, config.b_std)
         scale = np.mean(np.diag(k))
         loo = []
         for rel in config.ridges:
@@ -218,28 +218,6 @@ def test_tiny_ntk_mse_against_a_numpy_loo_recomputation(tiny: RunResult) -> None
         assert recorded_error[i] == np.mean(pred * y_test <= 0)
 
 
-def relu_ntk(x1: np.ndarray, x2: np.ndarray, depth: int, w_std: float, b_std: float) -> np.ndarray:
-    """The NTK of ``depth x [Dense, Relu] + Dense`` (NTK parameterization) in closed form:
-    the arc-cosine kernels of degree 1 and 0 (Cho & Saul 2009) in the recursion of Jacot et
-    al. 2018, written here in NumPy independently of ntklab's kernels."""
-    d = x1.shape[1]
-    q11 = w_std**2 * np.sum(x1 * x1, axis=1) / d + b_std**2
-    q22 = w_std**2 * np.sum(x2 * x2, axis=1) / d + b_std**2
-    q12 = w_std**2 * (x1 @ x2.T) / d + b_std**2
-    theta = q12.copy()
-    for _ in range(depth):
-        norm = np.sqrt(np.outer(q11, q22))
-        cos = np.clip(q12 / norm, -1.0, 1.0)
-        angle = np.arccos(cos)
-        k1 = norm * (np.sin(angle) + (np.pi - angle) * cos) / (2 * np.pi)
-        k0 = (np.pi - angle) / (2 * np.pi)
-        q12 = w_std**2 * k1 + b_std**2
-        theta = q12 + w_std**2 * k0 * theta
-        q11 = w_std**2 * q11 / 2 + b_std**2
-        q22 = w_std**2 * q22 / 2 + b_std**2
-    return theta
-
-
 def test_relu_ntk_reference_is_the_analytic_ntk() -> None:
     """The NumPy closed form of this file and ntklab's analytic ReLU NTK agree on the
     hypercube (so a wrong kernel shows as a mismatch in the recomputation above)."""
@@ -247,7 +225,7 @@ def test_relu_ntk_reference_is_the_analytic_ntk() -> None:
     x = hypercube(6, 8, generator=gen, dtype=torch.float64)
     z = hypercube(4, 8, generator=gen, dtype=torch.float64)
     arch = relu_network(1, 1.0, 0.1)
-    expected = relu_ntk(x.numpy(), z.numpy(), 1, 1.0, 0.1)
+    expected = relu_ntk_numpy(x.numpy(), z.numpy(), 1, 1.0, 0.1)
     np.testing.assert_allclose(arch.kernel(x, z).ntk.numpy(), expected, rtol=1e-12)
 
 
