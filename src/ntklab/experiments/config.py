@@ -19,7 +19,9 @@ and the validators of the config class, every config obeys three generic rules
   generators take 64-bit seeds, and results store it as a JSON integer);
 - the config's own estimate of its peak memory (a method ``estimated_bytes()`` of the config
   class, where an experiment's sizes become large tensors) fits ``max_memory`` (default: the
-  policy of :mod:`ntklab.memory`), so that ``--set n_grid=1e11`` is refused before compute.
+  machine's physical memory, a bound that does not depend on what else runs, so that a config
+  is valid or not whatever the load), so that ``--set n_grid=1e11`` is refused before
+  compute; the kernels and networks still apply :mod:`ntklab.memory`'s policy when they run.
 
 Every error is one line that names the key, what was expected and what was received.
 """
@@ -32,6 +34,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -634,8 +637,8 @@ def resolve_config(
         are not strings are taken as they are.
     max_memory : int, optional
         Bytes the run may use; the config's ``estimated_bytes()`` (when its class defines
-        one) must fit. Default: the policy of :mod:`ntklab.memory` (half of the memory this
-        process may still use).
+        one) must fit. Default: the machine's physical memory (:func:`machine_memory`), so
+        that whether a config is valid does not depend on the machine's load.
 
     Returns
     -------
@@ -676,6 +679,16 @@ def resolve_config(
     return config
 
 
+def machine_memory() -> int:
+    """The machine's physical memory in bytes (``SC_PHYS_PAGES x SC_PAGE_SIZE``), or
+    :math:`2^{62}` where the OS does not say (no bound)."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+    return int(pages * size) if pages > 0 and size > 0 else 1 << 62
+
+
 def check_estimated_memory(
     config: ExperimentConfig, max_memory: int | None = None, *, sources: _Sources | None = None
 ) -> None:
@@ -690,7 +703,7 @@ def check_estimated_memory(
     ----------
     config : ExperimentConfig
     max_memory : int, optional
-        Bytes; default the policy of :mod:`ntklab.memory`.
+        Bytes; default the machine's physical memory (:func:`machine_memory`).
 
     Raises
     ------
@@ -701,7 +714,7 @@ def check_estimated_memory(
     if not callable(estimate):
         return
     need = int(estimate())
-    bound = resolve_max_memory(max_memory, "cpu")
+    bound = resolve_max_memory(max_memory, "cpu") if max_memory is not None else machine_memory()
     if need <= bound:
         return
     keys_of = getattr(config, "size_keys", None)

@@ -98,7 +98,9 @@ s of CPU on one core of that machine while other work shared it (2026-12-04, loa
 whole quick run took 3.0 minutes on the two shared cores. At paper scale (widths 64..4096, same
 points and steps) one network each of widths 1024, 2048 and 4096 took 248 s of CPU on one core
 (4096 about 3/4 of it), so the 4 networks per width take about 17 minutes of one core, and the
-paper run about 25 minutes with parts 1-5 (an estimate from that measurement).
+paper run about 25 minutes with parts 1-5 (an estimate from that measurement); the paper run
+measured 25.7 minutes of wall time (2026-12-04, the same machine shared with another run,
+``results/paper/flow-equals-krr.json``).
 """
 
 from __future__ import annotations
