@@ -133,17 +133,14 @@ def read_history(
     """The previous results under ``<root>/history/<scale>/<name>.json`` that read back
     (content digest checked), by ``(experiment, scale)``: results judged by an earlier
     criterion than the current one, kept beside the new verdict."""
-    out: dict[tuple[str, str], RunResult] = {}
     folder = Path(root) / HISTORY
-    given = {e.name: e for e in experiments} if experiments is not None else {}
-    for scale in COMMITTED_SCALES:
-        for path in sorted((folder / scale).glob("*.json")) if (folder / scale).is_dir() else ():
-            if path.name.startswith("."):
-                continue
-            check = check_result_file(path, given.get(path.stem))
-            if check.result is not None and check.status in ("valid", "unsealed", "stale"):
-                out[(path.stem, scale)] = check.result
-    return out
+    if not folder.is_dir():
+        return {}
+    return {
+        key: check.result
+        for key, check in check_committed(folder, experiments).items()
+        if check.result is not None and check.status in ("valid", "unsealed", "stale")
+    }
 
 
 def previous_text(previous: RunResult, experiment: Experiment) -> str:
